@@ -1,0 +1,34 @@
+# Two commands do all the set-up: `make run` and `make test`.
+# Each creates the virtual environment in .venv if it is missing or stale.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest demo clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/proxy serve
+
+demo: $(STAMP)
+	$(BIN)/proxy demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check proxy tests $(wildcard benchmarks migrations)
+
+typecheck: $(STAMP)
+	$(BIN)/mypy proxy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
