@@ -1,0 +1,80 @@
+"""The proxy's one error hierarchy, shared by every layer.
+
+Every error the project raises on purpose derives from :class:`ProxyError`.
+Subclasses carry the identifiers a caller needs (``kind`` and ``id`` for a
+missing object) and, where one fits, also subclass the matching builtin so
+generic code (``except LookupError``) keeps working.
+
+The API layer maps these to HTTP status codes in ONE exception handler
+(``NotFoundError`` → 404, ``ConflictError`` → 409, ``ValidationError`` → 422,
+``AuthError`` → 401, ``StorageError`` → 503); services never raise
+``HTTPException``. This module deliberately knows nothing about HTTP.
+
+``proxy.core.model.WorkloadError`` stays a plain ``ValueError`` on purpose:
+``proxy.core`` imports nothing of the rest of the project.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "ConflictError",
+    "FeedNotFoundError",
+    "NotFoundError",
+    "ProfileNotFoundError",
+    "ProxyError",
+    "SettingsError",
+    "StorageError",
+    "ValidationError",
+]
+
+
+class ProxyError(Exception):
+    """Root of every error the proxy raises deliberately."""
+
+
+class NotFoundError(ProxyError, LookupError):
+    """No ``kind`` with identifier ``id`` exists (or the caller may not see it).
+
+    Another user's object is reported exactly like a missing one, so that
+    identifiers never leak across users.
+    """
+
+    def __init__(self, kind: str, id: object) -> None:
+        self.kind = kind
+        self.id = id
+        super().__init__(f"{kind} {id!r} not found")
+
+
+class FeedNotFoundError(NotFoundError):
+    """No feed with this id."""
+
+    def __init__(self, feed_id: object) -> None:
+        super().__init__("feed", feed_id)
+
+
+class ProfileNotFoundError(NotFoundError):
+    """No profile with this id for this user."""
+
+    def __init__(self, profile_id: object) -> None:
+        super().__init__("profile", profile_id)
+
+
+class ConflictError(ProxyError):
+    """The request contradicts the stored state (duplicate name, object still in use …)."""
+
+
+class ValidationError(ProxyError, ValueError):
+    """Input is malformed; the message names the offending field and says what to fix."""
+
+
+class SettingsError(ProxyError):
+    """The configuration is invalid; the message names the environment variable and the reason."""
+
+
+class StorageError(ProxyError):
+    """The database failed (unreachable, locked, driver error); the cause is chained."""
+
+
+class AuthError(ProxyError):
+    """Missing, malformed, unknown or revoked API key."""
