@@ -1,0 +1,317 @@
+"""``proxy sim …``: workloads, policies, the optimum and experiments.
+
+Heavy modules (numpy, scipy, the engine) are imported inside the commands so
+that ``proxy --help`` stays fast.  Every command that can run for more than a
+moment shows a tqdm progress bar on a terminal (stderr), none in pipes.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from proxy.sim.generate import GenParams
+
+sim_app = typer.Typer(no_args_is_help=True)
+
+# Defaults are the baseline of the main paper's Table 1.
+Resources = Annotated[int, typer.Option("--resources", "-n", help="n: number of resources (feeds).")]
+Profiles = Annotated[int, typer.Option("--profiles", "-m", help="m: number of profiles.")]
+Chronons = Annotated[int, typer.Option("--chronons", "-K", help="K: chronons in the epoch.")]
+BudgetOpt = Annotated[int, typer.Option("--budget", "-C", help="C: probes per chronon.")]
+Lam = Annotated[float, typer.Option("--lam", help="λ: average updates per resource per epoch (Poisson).")]
+Rank = Annotated[int, typer.Option("--rank", "-k", help="Maximum profile rank (EIs per CEI).")]
+LifeOpt = Annotated[str, typer.Option("--life", help="EI length: 'window' (window(W)) or 'overwrite'.")]
+Window = Annotated[int, typer.Option("--window", "-W", help="W: window(W) length in chronons.")]
+Alpha = Annotated[float, typer.Option("--alpha", help="α: Zipf skew of resource popularity (0 = uniform).")]
+Beta = Annotated[float, typer.Option("--beta", help="β: Zipf skew of profile ranks towards 1 (0 = uniform).")]
+ExactRank = Annotated[bool, typer.Option("--exact-rank", help="Every profile has exactly rank k (Figure 7).")]
+RevealOpt = Annotated[str, typer.Option("--reveal", help="'release': whole CEI known at its release; 'update': each EI at its start.")]
+RateSigma = Annotated[float, typer.Option("--rate-sigma", help="Lognormal σ of per-resource rates (0 = all λ).")]
+
+
+def _params(
+    resources: int, profiles: int, chronons: int, budget: int, lam: float, rank: int, life: str,
+    window: int, alpha: float, beta: float, exact_rank: bool, reveal: str, rate_sigma: float,
+) -> GenParams:
+    from proxy.sim.generate import GenParams, Life, Reveal
+
+    try:
+        life_v, reveal_v = Life(life), Reveal(reveal)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    params = GenParams(
+        resources=resources, profiles=profiles, chronons=chronons, budget=budget, lam=lam,
+        rank=rank, life=life_v, window=window, alpha=alpha, beta=beta, exact_rank=exact_rank,
+        reveal=reveal_v, rate_sigma=rate_sigma,
+    )
+    try:
+        params.check()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return params
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(code=2)
+
+
+def _parse_when(text: str | None, option: str) -> datetime | None:
+    if text is None:
+        return None
+    from proxy.sim.traces import parse_timestamp
+
+    ts = parse_timestamp(text)
+    if ts is None:
+        raise typer.BadParameter(f"{option}: {text!r} is not an ISO 8601 timestamp")
+    return ts
+
+
+@sim_app.command()
+def gen(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Workload file to write (proxy-workload/1).")],
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the numpy Generator.")] = 0,
+    resources: Resources = 1000,
+    profiles: Profiles = 100,
+    chronons: Chronons = 1000,
+    budget: BudgetOpt = 1,
+    lam: Lam = 20.0,
+    rank: Rank = 3,
+    life: LifeOpt = "window",
+    window: Window = 10,
+    alpha: Alpha = 0.0,
+    beta: Beta = 0.0,
+    exact_rank: ExactRank = False,
+    reveal: RevealOpt = "release",
+    rate_sigma: RateSigma = 0.0,
+    trace: Annotated[Path | None, typer.Option("--trace", help="CSV 'resource,timestamp' whose updates replace the Poisson stage; n becomes its resource count.")] = None,
+    trace_days: Annotated[float, typer.Option("--trace-days", help="Trace window length when --trace-start is not given.")] = 30.0,
+    trace_start: Annotated[str | None, typer.Option("--trace-start", help="Trace window start (ISO 8601).")] = None,
+    trace_end: Annotated[str | None, typer.Option("--trace-end", help="Trace window end (ISO 8601); default: after the latest timestamp.")] = None,
+    trace_not_after: Annotated[str | None, typer.Option("--trace-not-after", help="Timestamps after this are future placeholders and skipped.")] = None,
+) -> None:
+    """Generate a workload in the main paper's setup (§4.1, Table 1) and write it."""
+    from dataclasses import asdict, replace
+
+    from proxy.sim.generate import generate
+    from proxy.sim.traces import TraceError, load_trace
+    from proxy.sim.workload_io import write_workload
+
+    params = _params(resources, profiles, chronons, budget, lam, rank, life, window, alpha, beta,
+                     exact_rank, reveal, rate_sigma)
+    updates = None
+    trace_meta: dict[str, object] = {}
+    if trace is not None:
+        try:
+            tr = load_trace(
+                trace, chronons, start=_parse_when(trace_start, "--trace-start"),
+                end=_parse_when(trace_end, "--trace-end"), days=trace_days,
+                not_after=_parse_when(trace_not_after, "--trace-not-after"),
+            )
+        except TraceError as exc:
+            raise _fail(str(exc)) from None
+        typer.echo(f"trace: {tr.stats.summary()}", err=True)
+        params = replace(params, resources=len(tr.names))
+        updates = tr.updates
+        trace_meta = {"trace": str(trace), "trace_stats": asdict(tr.stats)}
+    workload = generate(params, seed, updates=updates, updated_only=updates is not None)
+    workload.meta.update(trace_meta)
+    write_workload(workload, out)
+    typer.echo(f"wrote {out}: {len(workload.ceis)} CEIs, {workload.total_eis} EIs, "
+               f"n={workload.resources}, K={workload.chronons}")
+
+
+@sim_app.command()
+def run(
+    workload_path: Annotated[Path, typer.Argument(metavar="WORKLOAD", help="Workload file.")],
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name (see the spec), or optimal / lp-bound.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Result file to write (proxy-result/1).")] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="Seconds for optimal / lp-bound.")] = None,
+    max_variables: Annotated[int | None, typer.Option("--max-variables", help="optimal / lp-bound refuse models with more probe variables (default 2,000,000).")] = None,
+) -> None:
+    """Run one policy over a workload; print completeness and write the full schedule."""
+    from tqdm import tqdm
+
+    from proxy.core.model import WorkloadError
+    from proxy.sim.run import OFFLINE, simulate
+    from proxy.sim.workload_io import read_workload, write_result
+
+    if policy not in OFFLINE:
+        from proxy.core.policies import policy_names
+
+        if policy not in policy_names():
+            raise _fail(f"unknown policy {policy!r}; valid: {', '.join([*policy_names(), *OFFLINE])}")
+    try:
+        workload = read_workload(workload_path)
+    except (WorkloadError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    from proxy.core.optimum import OptimumTooLargeError
+
+    if policy in OFFLINE:
+        # HiGHS reports no progress we could draw; say what is happening instead.
+        typer.echo(f"solving {policy} with HiGHS (time limit: {time_limit or 'none'})…", err=True)
+    with tqdm(total=workload.chronons, desc=policy, unit="chronon", file=sys.stderr,
+              disable=True if policy in OFFLINE else None) as bar:
+        try:
+            result = simulate(workload, policy, time_limit=time_limit, max_variables=max_variables,
+                              progress=bar.update)
+        except OptimumTooLargeError as exc:
+            raise _fail(str(exc)) from None
+    engine_captured = result.extra.get("engine_captured")
+    if engine_captured is not None and engine_captured != result.captured:
+        # There is one engine; if it and the independent scorer disagree, one has a bug.
+        typer.secho(f"warning: the engine counted {engine_captured} captured CEIs, the scorer "
+                    f"{result.captured}; the result file carries the scorer's count",
+                    err=True, fg=typer.colors.YELLOW)
+    if out is not None:
+        write_result(result.to_file(), out)
+    line = (f"{policy}: captured {result.captured}/{result.total} "
+            f"completeness {result.completeness:.4f} probes {result.probes} "
+            f"runtime {result.runtime_s:.3f}s")
+    if policy in OFFLINE:
+        ex = result.extra
+        line += f" status {ex['status']} bound {ex['bound']} gap {ex['gap']}"
+    typer.echo(line)
+
+
+@sim_app.command()
+def score(
+    workload_path: Annotated[Path, typer.Argument(metavar="WORKLOAD", help="Workload file.")],
+    result_path: Annotated[Path, typer.Argument(metavar="RESULT", help="Result file to check.")],
+) -> None:
+    """Re-score a result from the workload and its schedule alone; exit 1 if anything is wrong."""
+    from proxy.core.model import WorkloadError
+    from proxy.sim.score import check_result
+    from proxy.sim.workload_io import read_result, read_workload
+
+    try:
+        workload = read_workload(workload_path)
+        result = read_result(result_path)
+    except (WorkloadError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    sc, problems = check_result(workload, result)
+    typer.echo(f"re-scored: captured {sc.captured}/{sc.total} completeness {sc.completeness:.4f} "
+               f"probes {sc.probes}")
+    if problems:
+        for p in problems:
+            typer.secho(f"wrong: {p}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=1)
+    typer.echo("ok: claims match and every chronon is within budget")
+
+
+@sim_app.command()
+def sweep(
+    policy: Annotated[list[str], typer.Option("--policy", "-p", help="Online policy (repeatable).")] = ["mrsf-p", "m-edf-p", "s-edf-np", "wic"],  # noqa: B006  # Typer needs a literal default list
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..N-1 per parameter point.")] = 3,
+    vary: Annotated[list[str] | None, typer.Option("--vary", help="NAME=V1,V2,… (repeatable; Cartesian product), e.g. lam=10,20,30.")] = None,
+    optimal: Annotated[bool, typer.Option("--optimal", help="Also solve the exact optimum and report shares of it.")] = False,
+    lp_bound: Annotated[bool, typer.Option("--lp-bound", help="Also report the LP upper bound.")] = False,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="Seconds per optimal / lp-bound solve.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per (point, seed, policy).")] = None,
+    resources: Resources = 1000,
+    profiles: Profiles = 100,
+    chronons: Chronons = 1000,
+    budget: BudgetOpt = 1,
+    lam: Lam = 20.0,
+    rank: Rank = 3,
+    life: LifeOpt = "window",
+    window: Window = 10,
+    alpha: Alpha = 0.0,
+    beta: Beta = 0.0,
+    exact_rank: ExactRank = False,
+    reveal: RevealOpt = "release",
+    rate_sigma: RateSigma = 0.0,
+) -> None:
+    """Policies × seeds × generator parameters → a completeness table (and CSV)."""
+    from tqdm import tqdm
+
+    from proxy.core.policies import policy_names
+    from proxy.sim.sweep import format_table, parse_vary, points, run_sweep, summarise
+
+    base = _params(resources, profiles, chronons, budget, lam, rank, life, window, alpha, beta,
+                   exact_rank, reveal, rate_sigma)
+    for p in policy:
+        if p not in policy_names():
+            raise _fail(f"unknown online policy {p!r}; valid: {', '.join(policy_names())} "
+                        "(use --optimal / --lp-bound for the offline columns)")
+    try:
+        varied = parse_vary(vary or [])
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    runs = len(points(varied)) * seeds * (len(policy) + int(optimal) + int(lp_bound))
+    with tqdm(total=runs, desc="sweep", unit="run", disable=None, file=sys.stderr) as bar:
+        try:
+            rows = run_sweep(base, varied, list(range(seeds)), policy, with_optimal=optimal,
+                             with_lp_bound=lp_bound, time_limit=time_limit, on_run=bar.update)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    header, lines = summarise(rows)
+    typer.echo(format_table(header, lines))
+    if csv_out is not None:
+        names = list(dict.fromkeys(n for r in rows for n, _ in r.point))
+        with csv_out.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow([*names, "seed", "policy", "captured", "total", "completeness",
+                        "share_of_optimum", "runtime_s", "status", "bound"])
+            for r in rows:
+                values = dict(r.point)
+                w.writerow([*(values.get(n, "") for n in names), r.seed, r.policy, r.captured,
+                            r.total, f"{r.completeness:.6f}",
+                            "" if r.share_of_optimum is None else f"{r.share_of_optimum:.6f}",
+                            f"{r.runtime_s:.6f}", r.status,
+                            "" if r.bound is None else f"{r.bound:.6f}"])
+        typer.echo(f"wrote {csv_out} ({len(rows)} rows)")
+
+
+@sim_app.command()
+def experiments(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for <figure>.csv and <figure>.png.")],
+    figure: Annotated[list[str] | None, typer.Option("--figure", "-f", help="Only these figures (repeatable): fig6, fig7, fig8a, fig8b, fig9, fig10a, fig10b, fig11; fig8 means both panels.")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds 0..N-1 per point (the paper averages 10 runs, §4.1).")] = 10,
+    optimal: Annotated[bool, typer.Option("--optimal", help="Add the exact optimum to every completeness figure (Figure 7 always has it).")] = False,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="Seconds per optimum solve (W=0 instances of rank >= 3 rarely finish; the bound is kept).")] = 30.0,
+) -> None:
+    """Reproduce the main paper's Figures 6-11 as CSV + PNG (Figure 8: runtime per EI)."""
+    from tqdm import tqdm
+
+    from proxy.sim.experiments import (
+        FIGURES,
+        RUNTIME_PANELS,
+        figure_names,
+        run_figure,
+        run_runtime_panel,
+        runs_of,
+        runtime_runs_of,
+    )
+
+    if seeds < 1:
+        raise _fail(f"--seeds must be >= 1, got {seeds}")
+    wanted = [name for f in (figure or figure_names()) for name in (["fig8a", "fig8b"] if f == "fig8" else [f])]
+    unknown = [f for f in wanted if f not in figure_names()]
+    if unknown:
+        raise _fail(f"unknown figure {unknown[0]!r}; valid: {', '.join(figure_names())}, fig8")
+    figs = [f for f in FIGURES if f.name in wanted]
+    panels = [p for p in RUNTIME_PANELS if p.name in wanted]
+    total = sum(runs_of(f, seeds, optimal) for f in figs) + sum(runtime_runs_of(p, seeds) for p in panels)
+    with tqdm(total=total, desc="experiments", unit="run", disable=None, file=sys.stderr) as bar:
+        for name in figure_names():
+            if name not in wanted:
+                continue
+            fig = next((f for f in figs if f.name == name), None)
+            if fig is not None:
+                csv_path, png_path = run_figure(fig, out, list(range(seeds)), with_optimal=optimal,
+                                                time_limit=time_limit, on_run=bar.update)
+            else:
+                panel = next(p for p in panels if p.name == name)
+                csv_path, png_path = run_runtime_panel(panel, out, list(range(seeds)),
+                                                       time_limit=time_limit, on_run=bar.update)
+            tqdm.write(f"{name}: wrote {csv_path} and {png_path}", file=sys.stderr)
+    typer.echo(f"wrote {len(figs) + len(panels)} figures into {out}")

@@ -1,0 +1,160 @@
+"""Load real publication traces and map them onto chronons.
+
+Input: a CSV with a header and two columns, ``resource,timestamp``
+(``shared/traces/real_feeds_items.csv`` names them
+``feed_id,timestamp_utc_iso``).  Resource names are mapped to the ids
+``0..n-1`` in sorted order; timestamps are ISO 8601 (a trailing ``Z`` is
+UTC, a naive time is taken as UTC).
+
+Real feeds hold junk: placeholder dates (``0001-01-01``), dates in the
+future of the snapshot, unparseable strings.  The loader skips those and
+counts each kind in :class:`TraceStats`, so a caller can say how many were
+dropped.  Date-only timestamps (midnight exactly) are kept but counted,
+since they are real days with an unknown hour.
+
+Not here: profile or CEI generation (``proxy.sim.generate`` consumes the
+per-resource update lists this module returns).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+# Anything before this is a placeholder, not a publication (RSS dates back to 1999).
+DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=UTC)
+
+
+class TraceError(ValueError):
+    """The trace file cannot be used; the message names the file, line or window."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStats:
+    """What the loader kept and why it dropped the rest."""
+
+    rows: int
+    kept: int
+    unparseable: int
+    placeholder: int
+    future: int
+    outside_window: int
+    date_only: int
+    window_start: str
+    window_end: str
+
+    def summary(self) -> str:
+        return (
+            f"{self.rows} rows: kept {self.kept} in [{self.window_start}, {self.window_end}); "
+            f"skipped {self.placeholder} placeholder, {self.future} future, "
+            f"{self.unparseable} unparseable, {self.outside_window} outside the window; "
+            f"{self.date_only} of the kept are date-only (midnight)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Per-resource sorted, distinct update chronons plus the resource names."""
+
+    names: tuple[str, ...]
+    updates: tuple[tuple[int, ...], ...]
+    chronons: int
+    stats: TraceStats
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """An aware UTC datetime, or ``None`` when ``text`` is not ISO 8601."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    return ts.astimezone(UTC)
+
+
+def load_trace(
+    path: Path,
+    chronons: int,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    days: float = 30.0,
+    not_before: datetime = DEFAULT_NOT_BEFORE,
+    not_after: datetime | None = None,
+) -> Trace:
+    """Read ``path`` and map ``[start, end)`` onto chronons ``0..chronons-1``.
+
+    ``end`` defaults to just after the latest valid timestamp and ``start`` to
+    ``days`` before ``end``.  ``not_after`` (default: no limit) marks later
+    timestamps as future placeholders.  Every resource in the file keeps an
+    id, even one with no update in the window.
+    """
+    if chronons < 1:
+        raise TraceError(f"chronons must be >= 1, got {chronons}")
+    raw: list[tuple[str, datetime]] = []
+    names: set[str] = set()
+    rows = unparseable = placeholder = future = date_only = 0
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None or len(header) < 2:
+                raise TraceError(f"{path}: expected a header 'resource,timestamp'")
+            for lineno, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) < 2:
+                    raise TraceError(f"{path}, line {lineno}: expected 2 columns, got {row!r}")
+                rows += 1
+                name = row[0].strip()
+                names.add(name)
+                ts = parse_timestamp(row[1])
+                if ts is None:
+                    unparseable += 1
+                elif ts < not_before:
+                    placeholder += 1
+                elif not_after is not None and ts > not_after:
+                    future += 1
+                else:
+                    raw.append((name, ts))
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from exc
+    if not raw:
+        raise TraceError(f"{path}: no usable timestamps among {rows} rows")
+    if end is None:
+        end = max(ts for _, ts in raw) + timedelta(seconds=1)
+    if start is None:
+        start = end - timedelta(days=days)
+    if not start < end:
+        raise TraceError(f"trace window start {start.isoformat()} is not before end {end.isoformat()}")
+    order = sorted(names)
+    index = {name: i for i, name in enumerate(order)}
+    per: list[set[int]] = [set() for _ in order]
+    span = (end - start).total_seconds()
+    kept = outside = 0
+    for name, ts in raw:
+        if not start <= ts < end:
+            outside += 1
+            continue
+        kept += 1
+        if ts.hour == ts.minute == ts.second == ts.microsecond == 0:
+            date_only += 1
+        t = int((ts - start).total_seconds() / span * chronons)
+        per[index[name]].add(min(t, chronons - 1))
+    stats = TraceStats(
+        rows=rows, kept=kept, unparseable=unparseable, placeholder=placeholder, future=future,
+        outside_window=outside, date_only=date_only,
+        window_start=start.isoformat(), window_end=end.isoformat(),
+    )
+    return Trace(
+        names=tuple(order),
+        updates=tuple(tuple(sorted(s)) for s in per),
+        chronons=chronons,
+        stats=stats,
+    )
