@@ -1,0 +1,216 @@
+"""``proxy farm …``: run the local feed farm.
+
+``proxy farm serve`` prints one JSON line first, e.g.
+``{"event": "listening", "url": "http://127.0.0.1:41234", "port": 41234, ...}``,
+serves until SIGINT/SIGTERM (or ``--duration``), then prints a ``"stopped"``
+line with request and publication counts and exits 0.  ``python -m
+proxy.sim.farm_cli serve …`` does the same without loading the other layers'
+commands (``proxy.sim.FarmProcess`` runs it that way).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from proxy.sim.feedfarm import FeedFarm
+
+farm_app = typer.Typer(no_args_is_help=True)
+
+
+@farm_app.callback()
+def _group() -> None:
+    """The local feed farm that tests and benchmarks poll."""
+    # A callback keeps ``serve`` a subcommand when this app runs on its own.
+
+
+def _parse_delay(raw: str) -> float | tuple[float, float]:
+    lo, sep, hi = raw.partition(":")
+    try:
+        return (float(lo), float(hi)) if sep else float(lo)
+    except ValueError:
+        raise typer.BadParameter(f"{raw!r} is not SECONDS or LO:HI") from None
+
+
+def _read_ping_map(path: Path | None) -> list[tuple[str, str, dict[str, str]]]:
+    if path is None:
+        return []
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc}", param_hint="--ping-map") from None
+    if not isinstance(data, dict):
+        raise typer.BadParameter("must be a JSON object keyed by feed id", param_hint="--ping-map")
+    out = []
+    for feed_id, target in data.items():
+        if not isinstance(target, dict) or not isinstance(target.get("url"), str):
+            raise typer.BadParameter(f"feed {feed_id!r}: needs a 'url'", param_hint="--ping-map")
+        headers = {str(k): str(v) for k, v in dict(target.get("headers") or {}).items()}
+        out.append((str(feed_id), target["url"], headers))
+    return out
+
+
+@farm_app.command("serve")
+def serve(
+    feeds: Annotated[
+        int | None,
+        typer.Option(help="Number of feeds (ids 0..N-1); default 100, or the trace's feeds."),
+    ] = None,
+    entries: Annotated[int, typer.Option(help="Entries each feed shows (its last N).")] = 20,
+    prefill: Annotated[
+        int | None, typer.Option(help="Entries each feed has before the run; default --entries.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="rss, atom or mixed.")] = "rss",
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one.")] = 0,
+    rate: Annotated[
+        float, typer.Option(help="Poisson publications per feed per trace unit (0: none).")
+    ] = 0.0,
+    trace: Annotated[
+        Path | None, typer.Option(help="CSV 'feed_id,timestamp' trace to play instead of --rate.")
+    ] = None,
+    horizon: Annotated[
+        float | None, typer.Option(help="Stop the schedule at this trace time.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the Poisson schedule.")] = 0,
+    seconds_per_trace_unit: Annotated[
+        float, typer.Option(help="Wall seconds per trace unit (0.05: a trace minute is 50 ms).")
+    ] = 0.05,
+    trace_unit_seconds: Annotated[
+        float, typer.Option(help="Calendar seconds of one trace unit (dates in documents).")
+    ] = 60.0,
+    log: Annotated[
+        Path | None, typer.Option(help="Publication log (.jsonl, else CSV); appended.")
+    ] = None,
+    ping_url: Annotated[
+        str | None,
+        typer.Option(help="POST a ping per publication; {feed_id}, {feed_url}, {entry_id} expand."),
+    ] = None,
+    ping_map: Annotated[
+        Path | None,
+        typer.Option(help='JSON {"feed id": {"url": …, "headers": {…}}}: per-feed ping targets.'),
+    ] = None,
+    ping_drop_rate: Annotated[float, typer.Option(help="Share of pings dropped.")] = 0.0,
+    ping_delay: Annotated[str, typer.Option(help="Ping delay: SECONDS or LO:HI.")] = "0",
+    ping_delay_rate: Annotated[
+        float, typer.Option(help="Share of (undropped) pings that wait --ping-delay.")
+    ] = 1.0,
+    ping_seed: Annotated[int | None, typer.Option(help="Seed of ping drops and delays.")] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="FEED:MODE[:key=value,...] (repeatable), e.g. 3:rate_limited:retry_after=30."
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Stop after this many seconds (default: until a signal).")
+    ] = None,
+) -> None:
+    """Serve synthetic RSS/Atom feeds on 127.0.0.1 until SIGINT/SIGTERM."""
+    import asyncio
+    from datetime import timedelta
+
+    from proxy.sim.feedfarm import (
+        FeedFarm,
+        TraceEvent,
+        load_csv_trace,
+        parse_fault_spec,
+        poisson_schedule,
+    )
+
+    if trace is not None and rate > 0:
+        raise typer.BadParameter("give either --trace or --rate, not both")
+    unit = timedelta(seconds=trace_unit_seconds)
+    feed_ids: list[str]
+    schedule: list[TraceEvent] | None = None
+    skipped = 0
+    if trace is not None:
+        csv_trace = load_csv_trace(trace, trace_unit=unit)
+        skipped = csv_trace.skipped
+        feed_ids = list(csv_trace.feed_ids)
+        if feeds is not None:
+            feed_ids += [str(i) for i in range(feeds) if str(i) not in set(feed_ids)]
+        schedule = [e for e in csv_trace.events if horizon is None or e.trace_time < horizon]
+    else:
+        feed_ids = [str(i) for i in range(100 if feeds is None else feeds)]
+    faults = []
+    for spec in fault or []:
+        try:
+            faults.append(parse_fault_spec(spec))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--fault") from None
+    try:
+        farm = FeedFarm(
+            feed_ids,
+            window=entries,
+            prefill=entries if prefill is None else prefill,
+            formats=fmt,
+            seconds_per_trace_unit=seconds_per_trace_unit,
+            trace_unit=unit,
+            schedule=(
+                schedule
+                if schedule is not None
+                else poisson_schedule(feed_ids, rate, seed=seed, horizon=horizon)
+                if rate > 0
+                else None
+            ),
+            log_path=log,
+            ping=ping_url,
+            ping_drop_rate=ping_drop_rate,
+            ping_delay=_parse_delay(ping_delay),
+            ping_delay_rate=ping_delay_rate,
+            ping_seed=ping_seed,
+            host=host,
+            port=port,
+        )
+        for feed_id, f, times in faults:
+            farm.set_fault(feed_id, f.mode, times=times, **f.params)
+        for feed_id, url, headers in _read_ping_map(ping_map):
+            farm.set_ping_target(feed_id, url, headers)
+    except (ValueError, LookupError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    asyncio.run(_serve(farm, duration, skipped))
+
+
+async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:
+    import asyncio
+    import contextlib
+    import json
+    import os
+    import signal
+    from collections import Counter
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with farm:
+        line = {
+            "event": "listening",
+            "url": farm.base_url,
+            "port": farm.port,
+            "feeds": len(farm.feed_ids),
+            "pid": os.getpid(),
+            "trace_rows_skipped": skipped,
+        }
+        print(json.dumps(line), flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=duration)
+        stats = farm.stats()
+        summary = {
+            "event": "stopped",
+            "requests": stats.requests,
+            "by_status": {str(k): v for k, v in sorted(stats.by_status.items())},
+            "publications": len(farm.publications),
+            "pings": dict(Counter(r.outcome for r in farm.pings)),
+        }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    farm_app()

@@ -1,0 +1,674 @@
+"""The feed farm: a local HTTP server of thousands of RSS/Atom feeds for tests and benchmarks.
+
+Every test and benchmark polls the farm instead of the internet::
+
+    async with FeedFarm(feeds=100, window=20, clock=ManualClock()) as farm:
+        entry_id = farm.publish("7", title="Oil prices rise")
+        await client.get(farm.url("7"))     # RSS 2.0 with the new entry first
+        farm.set_fault("8", "rate_limited", retry_after=30)
+
+Feeds are served at ``/feeds/{id}.xml`` (RSS 2.0) and ``/feeds/{id}.atom``
+(Atom); ``farm.url(id)`` names the feed's own format.  Each feed shows its last
+``window`` entries with a strong ETag and a Last-Modified date, answers 304 to
+a matching ``If-None-Match`` / ``If-Modified-Since``, and sends gzip to clients
+that accept it.  Documents are rendered (and compressed) once per feed version.
+
+Entries are published by ``publish()`` or by a schedule (``poisson_schedule``,
+``load_csv_trace``) played on an accelerated clock: trace time advances one
+unit every ``seconds_per_trace_unit`` seconds of the farm's clock.  The
+schedule is played by a background task with the real clock and, with any
+clock, whenever a request arrives or ``pump()`` is called, so a test with a
+``ManualClock`` moves the clock and then sees exactly the due entries.  Every
+publication is appended to ``farm.publications`` and to the optional log file,
+and optionally pinged (``ping=``).
+
+The farm deliberately does not: model network latency, serve TLS, honour
+``q=0`` in Accept-Encoding, or persist feed state across restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from proxy.sim._farm_docs import (
+    Entry,
+    FeedFormat,
+    Rendered,
+    default_entry_text,
+    entry_id_for,
+    render_atom,
+    render_rss,
+)
+from proxy.sim._farm_faults import FAULT_PARAMS, Fault, FaultMode, parse_fault_spec
+from proxy.sim._farm_ping import PingDelay, Pinger, PingRecord, PingRequest, PingResolver
+from proxy.sim._farm_process import FarmProcess, FarmProcessError
+from proxy.sim._farm_trace import (
+    Clock,
+    CsvTrace,
+    ManualClock,
+    MonotonicClock,
+    Publication,
+    PublicationLog,
+    TraceEvent,
+    load_csv_trace,
+    load_publications,
+    poisson_schedule,
+)
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = [
+    "DEFAULT_EPOCH",
+    "FAULT_PARAMS",
+    "Clock",
+    "CsvTrace",
+    "Entry",
+    "FarmProcess",
+    "FarmProcessError",
+    "Fault",
+    "FaultMode",
+    "FeedFarm",
+    "FeedFormat",
+    "FeedNotFoundError",
+    "FeedStats",
+    "ManualClock",
+    "MonotonicClock",
+    "PingRecord",
+    "PingRequest",
+    "PingResolver",
+    "Publication",
+    "TraceEvent",
+    "load_csv_trace",
+    "load_publications",
+    "parse_fault_spec",
+    "poisson_schedule",
+]
+
+DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+"""The calendar date of trace time 0 unless ``epoch=`` says otherwise."""
+
+
+class FeedNotFoundError(LookupError):
+    """The farm has no feed with this id."""
+
+    def __init__(self, feed_id: str) -> None:
+        super().__init__(f"the feed farm has no feed {feed_id!r}")
+        self.feed_id = feed_id
+
+
+@dataclass(frozen=True, slots=True)
+class FeedStats:
+    """Request counts of one feed (or of the whole farm)."""
+
+    requests: int
+    by_status: Mapping[int, int]
+    """Responses by HTTP status; 0 counts requests that were never answered (``timeout``)."""
+    conditional: int
+    """Requests that carried If-None-Match or If-Modified-Since."""
+
+    @property
+    def not_modified(self) -> int:
+        return self.by_status.get(304, 0)
+
+
+EntryText = Callable[[str, int], tuple[str, str]]
+"""``(feed_id, seq) -> (title, summary)`` for entries published by a schedule."""
+
+
+class _Feed:
+    """Mutable state of one feed."""
+
+    __slots__ = (
+        "cache",
+        "conditional",
+        "entries",
+        "fault",
+        "fault_left",
+        "feed_id",
+        "fmt",
+        "last_modified",
+        "requests",
+        "seq",
+        "statuses",
+    )
+
+    def __init__(self, feed_id: str, fmt: FeedFormat, window: int, last_modified: datetime) -> None:
+        self.feed_id = feed_id
+        self.fmt = fmt
+        self.entries: deque[Entry] = deque(maxlen=window)
+        self.seq = 0
+        self.last_modified = last_modified
+        self.cache: dict[FeedFormat, Rendered] = {}
+        self.fault: Fault | None = None
+        self.fault_left: int | None = None
+        self.requests = 0
+        self.conditional = 0
+        self.statuses: Counter[int] = Counter()
+
+
+class FeedFarm:
+    """A local HTTP server of synthetic feeds; an async context manager.
+
+    ``feeds`` is a count (ids ``"0" .. "n-1"``, like the simulator's resources)
+    or the feed ids themselves (letters, digits, ``_`` and ``-``).  ``formats``
+    is ``"rss"``, ``"atom"``, ``"mixed"`` (even positions RSS, odd Atom) or a
+    mapping from feed id to format.  ``prefill`` entries per feed exist before
+    the run (dated before ``epoch``) and are not publications.
+    """
+
+    def __init__(
+        self,
+        feeds: int | Iterable[str] = 100,
+        *,
+        window: int = 20,
+        prefill: int = 0,
+        formats: str | FeedFormat | Mapping[str, FeedFormat | str] = FeedFormat.RSS,
+        clock: Clock | None = None,
+        seconds_per_trace_unit: float = 0.05,
+        trace_unit: timedelta = timedelta(minutes=1),
+        epoch: datetime = DEFAULT_EPOCH,
+        schedule: Iterable[TraceEvent] | None = None,
+        drive: bool | None = None,
+        entry_text: EntryText | None = None,
+        log_path: str | Path | None = None,
+        ping: str | PingResolver | None = None,
+        ping_drop_rate: float = 0.0,
+        ping_delay: PingDelay = 0.0,
+        ping_delay_rate: float = 1.0,
+        ping_seed: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        ids = [str(i) for i in range(feeds)] if isinstance(feeds, int) else list(feeds)
+        if not ids:
+            raise ValueError("a feed farm needs at least one feed")
+        bad = [f for f in ids if not f or not f.replace("-", "").replace("_", "").isalnum()]
+        if bad:
+            raise ValueError(f"feed ids may hold only letters, digits, '_' and '-': {bad[:5]}")
+        if len(set(ids)) != len(ids):
+            raise ValueError("feed ids must be unique")
+        if window < 1 or prefill < 0:
+            raise ValueError(f"window must be >= 1 and prefill >= 0 (got {window}, {prefill})")
+        if seconds_per_trace_unit <= 0 or trace_unit <= timedelta(0):
+            raise ValueError("seconds_per_trace_unit and trace_unit must be positive")
+        if epoch.tzinfo is None:
+            raise ValueError("epoch must be timezone-aware (UTC)")
+        self.window = window
+        self.clock: Clock = clock or MonotonicClock()
+        self.seconds_per_trace_unit = seconds_per_trace_unit
+        self.trace_unit = trace_unit
+        self.epoch = epoch
+        self.host = host
+        self._port = port
+        self._entry_text = entry_text or default_entry_text
+        self._feeds: dict[str, _Feed] = {}
+        for i, feed_id in enumerate(ids):
+            fmt = self._format_of(formats, feed_id, i)
+            self._feeds[feed_id] = _Feed(feed_id, fmt, window, epoch - trace_unit * (prefill + 1))
+        for feed in self._feeds.values():
+            for k in range(prefill):
+                self._add_entry(feed, None, None, epoch - trace_unit * (prefill - k))
+        self._schedule = self._checked(schedule) if schedule is not None else None
+        self._next_event: TraceEvent | None = None
+        self._advance_schedule()
+        self._drive = isinstance(self.clock, MonotonicClock) if drive is None else drive
+        self._t0 = self.clock.now()
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._log: PublicationLog | None = None
+        self._ping = ping
+        self._ping_targets: dict[str, PingRequest] = {}
+        self._pinger = Pinger(
+            self._resolve_ping,
+            drop_rate=ping_drop_rate,
+            delay=ping_delay,
+            delay_rate=ping_delay_rate,
+            seed=ping_seed,
+        )
+        self.publications: list[Publication] = []
+        self._pumping = False
+        self._base_url: str | None = None
+        self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
+        self._driver: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    @staticmethod
+    def _format_of(
+        formats: str | FeedFormat | Mapping[str, FeedFormat | str], feed_id: str, index: int
+    ) -> FeedFormat:
+        if isinstance(formats, Mapping):
+            try:
+                return FeedFormat(formats.get(feed_id, FeedFormat.RSS))
+            except ValueError:
+                raise ValueError(
+                    f"feed {feed_id!r}: format must be 'rss' or 'atom', got {formats[feed_id]!r}"
+                ) from None
+        if formats == "mixed":
+            return FeedFormat.RSS if index % 2 == 0 else FeedFormat.ATOM
+        try:
+            return FeedFormat(formats)
+        except ValueError:
+            raise ValueError(
+                f"formats must be 'rss', 'atom', 'mixed' or a mapping, got {formats!r}"
+            ) from None
+
+    def _checked(self, events: Iterable[TraceEvent]) -> Iterator[TraceEvent]:
+        """Check a schedule: a sequence at once, any other iterable as it is consumed."""
+        if isinstance(events, Sequence):
+            for _ in self._check_lazily(events):
+                pass
+            return iter(events)
+        return self._check_lazily(events)
+
+    def _check_lazily(self, events: Iterable[TraceEvent]) -> Iterator[TraceEvent]:
+        last = float("-inf")
+        for event in events:
+            if event.trace_time < last:
+                raise ValueError(f"schedule goes back in time: {event} after trace time {last}")
+            if event.feed_id not in self._feeds:
+                raise ValueError(
+                    f"the schedule names feed {event.feed_id!r}, which the farm does not have"
+                )
+            last = event.trace_time
+            yield event
+
+    def _advance_schedule(self) -> None:
+        self._next_event = next(self._schedule, None) if self._schedule is not None else None
+
+    async def __aenter__(self) -> FeedFarm:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Bind the server (``port=0`` picks a free port) and start trace time at 0."""
+        from aiohttp import web
+
+        if self._runner is not None:
+            raise RuntimeError("the feed farm is already running")
+        app = web.Application()
+        app.router.add_get("/feeds/{name}", self._handle_feed)
+        app.router.add_get("/loop/{feed_id}/{hop}", self._handle_loop)
+        app.router.add_get("/entries/{feed_id}/{seq}", self._handle_entry)
+        from proxy.sim._farm_control import add_control_routes
+
+        add_control_routes(app, self)
+        # No access log: it would cost more than serving a cached feed.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port, backlog=1024)
+        await site.start()
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self._port = int(port)
+        self._base_url = f"http://{host}:{self._port}"
+        await self._pinger.start()
+        self._t0 = self.clock.now()
+        self._closing.clear()
+        if self._drive and self._next_event is not None:
+            self._driver = asyncio.get_running_loop().create_task(self._run_schedule())
+
+    async def close(self) -> None:
+        """Stop serving: pending timeouts and drips end, unsent pings are cancelled.
+
+        Re-raises an error of the schedule driver (e.g. a lazy schedule that
+        went back in time) after everything is shut down.
+        """
+        self._closing.set()
+        driver, self._driver = self._driver, None
+        try:
+            if driver is not None:
+                await driver
+        finally:
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+            await self._pinger.close()
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    async def _run_schedule(self) -> None:
+        while not self._closing.is_set():
+            self.pump()
+            event = self._next_event
+            if event is None:
+                return
+            due = self._t0 + event.trace_time * self.seconds_per_trace_unit
+            # Sleep at most a second so that a slow clock or a change of the
+            # schedule cannot strand the driver.
+            await self._sleep(min(max(due - self.clock.now(), 0.0), 1.0))
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking early when the farm closes; True if it is closing."""
+        try:
+            await asyncio.wait_for(self._closing.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    # -------------------------------------------------------------- public API
+
+    @property
+    def port(self) -> int:
+        if self._base_url is None:
+            raise RuntimeError("the feed farm is not running; use 'async with FeedFarm(...)'")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        if self._base_url is None:
+            raise RuntimeError("the feed farm is not running; use 'async with FeedFarm(...)'")
+        return self._base_url
+
+    @property
+    def feed_ids(self) -> list[str]:
+        return list(self._feeds)
+
+    def url(self, feed_id: str, fmt: FeedFormat | str | None = None) -> str:
+        """The absolute URL of a feed, in its own format unless ``fmt`` says otherwise."""
+        feed = self._feed(feed_id)
+        suffix = FeedFormat(fmt).suffix if fmt is not None else feed.fmt.suffix
+        return f"{self.base_url}/feeds/{feed_id}{suffix}"
+
+    def format_of(self, feed_id: str) -> FeedFormat:
+        return self._feed(feed_id).fmt
+
+    def entries(self, feed_id: str) -> list[Entry]:
+        """The entries a GET would show now, newest first."""
+        return list(self._feed(feed_id).entries)
+
+    def trace_now(self) -> float:
+        """Current trace time: farm clock seconds since start / seconds_per_trace_unit."""
+        return (self.clock.now() - self._t0) / self.seconds_per_trace_unit
+
+    def trace_date(self, trace_time: float) -> datetime:
+        """The calendar date that documents show for a trace time."""
+        return self.epoch + self.trace_unit * trace_time
+
+    def publish(
+        self,
+        feed_id: str,
+        *,
+        title: str | None = None,
+        summary: str | None = None,
+        published: datetime | None = None,
+        trace_time: float | None = None,
+    ) -> str:
+        """Publish one entry now; the next GET shows it first.  Returns its entry id.
+
+        ``trace_time`` defaults to now; ``published`` (the document date)
+        defaults to that trace time on the calendar.  Must be called on the
+        farm's event loop thread (it may schedule a ping).
+        """
+        feed = self._feed(feed_id)
+        tt = self.trace_now() if trace_time is None else trace_time
+        date = published if published is not None else self.trace_date(tt)
+        if date.tzinfo is None:
+            raise ValueError("published must be timezone-aware")
+        entry = self._add_entry(feed, title, summary, date)
+        pub = Publication(feed_id, entry.entry_id, tt, self.clock.now(), time.time(), date)
+        self.publications.append(pub)
+        if self._log_path is not None:
+            if self._log is None:
+                self._log = PublicationLog(self._log_path)
+            self._log.write(pub)
+            if not self._pumping:  # pump() flushes once per batch
+                self._log.flush()
+        if self._base_url is not None and (self._ping is not None or self._ping_targets):
+            self._pinger.submit(pub, self.url(feed_id))
+        return entry.entry_id
+
+    def pump(self) -> list[Publication]:
+        """Publish every scheduled entry whose trace time has come; return them."""
+        event = self._next_event
+        if event is None:
+            return []
+        now = self.trace_now()
+        start = len(self.publications)
+        self._pumping = True
+        try:
+            while event is not None and event.trace_time <= now:
+                self.publish(event.feed_id, trace_time=event.trace_time)
+                self._advance_schedule()
+                event = self._next_event
+        finally:
+            self._pumping = False
+            if self._log is not None:
+                self._log.flush()
+        return self.publications[start:]
+
+    @property
+    def schedule_done(self) -> bool:
+        """True when the schedule (if any) has no more events."""
+        return self._next_event is None
+
+    def set_fault(
+        self, feed_id: str, mode: FaultMode | str | None, *, times: int | None = None, **params: Any
+    ) -> None:
+        """Make a feed misbehave (``None`` restores it); ``times`` limits the fault to N requests.
+
+        See ``FaultMode`` and ``FAULT_PARAMS`` for the modes and their parameters.
+        """
+        feed = self._feed(feed_id)
+        if mode is None:
+            feed.fault, feed.fault_left = None, None
+            return
+        if times is not None and times < 1:
+            raise ValueError(f"times must be >= 1, got {times}")
+        fault = Fault.build(mode, params)
+        target = fault.params.get("to")
+        if target is not None:
+            self._feed(str(target))
+        feed.fault, feed.fault_left = fault, times
+
+    def clear_fault(self, feed_id: str) -> None:
+        self.set_fault(feed_id, None)
+
+    def fault_of(self, feed_id: str) -> Fault | None:
+        return self._feed(feed_id).fault
+
+    def stats(self, feed_id: str | None = None) -> FeedStats:
+        """Request counts of one feed, or summed over the farm."""
+        feeds = [self._feed(feed_id)] if feed_id is not None else list(self._feeds.values())
+        statuses: Counter[int] = Counter()
+        for f in feeds:
+            statuses.update(f.statuses)
+        return FeedStats(
+            sum(f.requests for f in feeds), dict(statuses), sum(f.conditional for f in feeds)
+        )
+
+    def reset_stats(self) -> None:
+        for f in self._feeds.values():
+            f.requests, f.conditional = 0, 0
+            f.statuses.clear()
+
+    def set_ping_target(
+        self, feed_id: str, url: str | None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Ping ``url`` (with ``headers``) for this feed's publications; ``None`` removes it.
+
+        A per-feed target wins over ``ping=``: the service's ping route names
+        its own feed id and needs that feed's token, known only after the
+        service registered the feed.  The body is the default JSON object.
+        """
+        self._feed(feed_id)
+        if url is None:
+            self._ping_targets.pop(feed_id, None)
+        else:
+            self._ping_targets[feed_id] = PingRequest(url, dict(headers or {}))
+
+    def _resolve_ping(self, pub: Publication, feed_url: str) -> PingRequest | None:
+        target = self._ping_targets.get(pub.feed_id)
+        if target is not None or self._ping is None:
+            return target
+        if callable(self._ping):
+            return self._ping(pub, feed_url)
+        url = self._ping.format(feed_id=pub.feed_id, feed_url=feed_url, entry_id=pub.entry_id)
+        return PingRequest(url)
+
+    @property
+    def pings(self) -> list[PingRecord]:
+        """What became of each publication's ping (empty when no ping is configured)."""
+        return self._pinger.records
+
+    async def drain_pings(self, at_most: float = 10.0) -> None:
+        """Wait (at most ``at_most`` seconds) until the pings scheduled so far were sent or failed."""
+        await self._pinger.drain(at_most)
+
+    # ---------------------------------------------------------------- internals
+
+    def _feed(self, feed_id: str) -> _Feed:
+        try:
+            return self._feeds[feed_id]
+        except KeyError:
+            raise FeedNotFoundError(feed_id) from None
+
+    def _add_entry(
+        self, feed: _Feed, title: str | None, summary: str | None, date: datetime
+    ) -> Entry:
+        feed.seq += 1
+        seq = feed.seq
+        if title is None or summary is None:
+            d_title, d_summary = self._entry_text(feed.feed_id, seq)
+            title = d_title if title is None else title
+            summary = d_summary if summary is None else summary
+        entry = Entry(
+            entry_id_for(feed.feed_id, seq),
+            feed.feed_id,
+            seq,
+            title,
+            summary,
+            date,
+            f"/entries/{feed.feed_id}/{seq}",
+        )
+        feed.entries.appendleft(entry)
+        feed.cache.clear()
+        # HTTP dates have whole seconds: each version gets a strictly later
+        # Last-Modified, or If-Modified-Since would hide a same-second change.
+        date_s = date.replace(microsecond=0)
+        feed.last_modified = max(date_s, feed.last_modified + timedelta(seconds=1))
+        return entry
+
+    def _rendered(self, feed: _Feed, fmt: FeedFormat) -> Rendered:
+        cached = feed.cache.get(fmt)
+        if cached is None:
+            render = render_rss if fmt is FeedFormat.RSS else render_atom
+            body = render(feed.feed_id, self.base_url, feed.entries, feed.last_modified)
+            cached = feed.cache[fmt] = Rendered.build(body, feed.last_modified, fmt)
+        return cached
+
+    async def _handle_feed(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        feed_id, _, ext = request.match_info["name"].rpartition(".")
+        feed = self._feeds.get(feed_id)
+        if feed is None or ext not in ("xml", "atom"):
+            return web.Response(status=404, text="no such feed\n")
+        if self._next_event is not None:
+            self.pump()
+        fmt = FeedFormat.RSS if ext == "xml" else FeedFormat.ATOM
+        feed.requests += 1
+        headers = request.headers
+        inm = headers.get("If-None-Match")
+        ims = headers.get("If-Modified-Since")
+        if inm is not None or ims is not None:
+            feed.conditional += 1
+        if feed.fault is not None:
+            return await self._serve_fault(request, feed, fmt)
+        rendered = self._rendered(feed, fmt)
+        if inm is not None:
+            # RFC 9110 §13.1.2: weak comparison; either encoding's tag matches.
+            tags = {t.strip().removeprefix("W/") for t in inm.split(",")}
+            fresh = "*" in tags or rendered.etag in tags or rendered.etag_gzip in tags
+        elif ims is not None:
+            # RFC 9110 §13.1.3: If-Modified-Since only counts without If-None-Match.
+            fresh = self._not_modified_since(feed, ims)
+        else:
+            fresh = False
+        gz = "gzip" in headers.get("Accept-Encoding", "")
+        out = {
+            "ETag": rendered.etag_gzip if gz else rendered.etag,
+            "Last-Modified": rendered.last_modified,
+            "Vary": "Accept-Encoding",
+            "Cache-Control": "max-age=0",
+        }
+        if fresh:
+            feed.statuses[304] += 1
+            return web.Response(status=304, headers=out)
+        feed.statuses[200] += 1
+        out["Content-Type"] = rendered.content_type
+        if gz:
+            out["Content-Encoding"] = "gzip"
+            return web.Response(body=rendered.gzipped(), headers=out)
+        return web.Response(body=rendered.body, headers=out)
+
+    @staticmethod
+    def _not_modified_since(feed: _Feed, ims: str) -> bool:
+        try:
+            since = parsedate_to_datetime(ims)
+        except (TypeError, ValueError):
+            return False  # RFC 9110 §13.1.3: an invalid date is ignored
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        return feed.last_modified <= since
+
+    async def _serve_fault(
+        self, request: web.Request, feed: _Feed, fmt: FeedFormat
+    ) -> web.StreamResponse:
+        from proxy.sim._farm_serve_faults import serve_fault
+
+        fault = feed.fault
+        assert fault is not None
+        if feed.fault_left is not None:
+            feed.fault_left -= 1
+            if feed.fault_left <= 0:
+                feed.fault, feed.fault_left = None, None
+        return await serve_fault(self, request, feed.feed_id, fmt, fault)
+
+    def _count(self, feed_id: str, status: int) -> None:
+        self._feeds[feed_id].statuses[status] += 1
+
+    def _document(self, feed_id: str, fmt: FeedFormat) -> bytes:
+        return self._rendered(self._feeds[feed_id], fmt).body
+
+    async def _handle_loop(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        feed = self._feeds.get(request.match_info["feed_id"])
+        if feed is None:
+            return web.Response(status=404, text="no such feed\n")
+        feed.requests += 1
+        fault = feed.fault
+        status = (
+            int(fault.params["status"]) if fault and fault.mode is FaultMode.REDIRECT_LOOP else 302
+        )
+        hop = request.match_info["hop"]
+        location = (
+            f"/loop/{feed.feed_id}/2" if hop == "1" else f"/feeds/{feed.feed_id}{feed.fmt.suffix}"
+        )
+        feed.statuses[status] += 1
+        return web.Response(status=status, headers={"Location": self.base_url + location})
+
+    async def _handle_entry(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        feed = self._feeds.get(request.match_info["feed_id"])
+        if feed is None:
+            return web.Response(status=404, text="no such feed\n")
+        return web.Response(
+            text=f"<!DOCTYPE html><title>entry {request.match_info['seq']}</title>\n",
+            content_type="text/html",
+        )
