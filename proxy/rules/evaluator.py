@@ -1,0 +1,774 @@
+"""The trigger evaluator: clock ticks, probe results and pings in, engine operations out.
+
+It is the bridge between the rule language (:mod:`proxy.rules.schemas`) and the
+scheduling engine (``proxy.core.engine``). Like the engine it is an I/O-free
+decider (style.md §1): chronons are integers passed in by the caller, cron fire
+times go through the :class:`ChrononMapping` the service builds from the chronon
+origin and length (its ``ChrononClock``), and nothing here reads a wall clock,
+a database or the network. What it returns are small frozen operations (:class:`OpenCei`,
+:class:`RevealEi`, :class:`SealCei`) that the service applies to the engine
+(:func:`apply_ops`) and persists; its own runtime state is JSON-serialisable
+per rule (:meth:`TriggerEvaluator.snapshot_state`).
+
+Semantics, following the main paper's motivating example (§2.1, Figures 1, 3)
+and paper 002 §2.1 (a rule is triggered by an event, then executable if its
+condition holds):
+
+* A **trigger rule** opens an *unsealed* CEI holding one EI on the trigger feed,
+  ``[t, t + slack]``, at each fire chronon ``t`` (``every``/``cron``) or at each
+  update notification (``on``). The first successful probe of the trigger feed
+  inside that window decides it (:meth:`TriggerEvaluator.on_probe`): if the
+  condition holds on the new entries the probe found, one EI per query feed
+  joins the CEI (the last one seals it: rank 1 + number of query feeds);
+  otherwise the CEI is sealed at rank 1 and is captured exactly when its trigger
+  EI is. A probe that finds no new entry does not fire the rule.
+* A **watch rule** builds the main paper's AuctionWatch(k) CEIs from update
+  notifications: CEI j holds, for every watched feed, the EI ``[u, u + within]``
+  of its first notification ``u`` strictly after the last EI start of CEI j-1.
+* ``overwrite`` life (paper 002 §2.1: capture before the feed's next change)
+  needs the time of the next change, which is unknown online; the main paper
+  §2.1 lets EIs be predicted from an update model. We use the feed's mean
+  inter-update time ``m`` (:class:`UpdateModel`, an EWMA of the gaps between
+  observed updates, clamped to ``[1, max_interval]``) and open ``[t, t + m - 1]``,
+  the width of the simulator's ``overwrite`` EI when the next update comes ``m``
+  chronons later.
+
+Not done here: fetching, parsing and deciding which entries are new (the feed
+layer), checking that feed ids exist (``resolve_feed`` is the caller's), and
+telling users (the service's outbox).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from proxy.errors import ValidationError
+from proxy.rules._regex import MAX_TEXT, compile_safe_regex
+from proxy.rules.durations import parse_duration, to_chronons
+from proxy.rules.ports import (
+    ChrononGrid,
+    ChrononMapping,
+    EnginePort,
+    EntryLike,
+    Op,
+    OpenCei,
+    RevealEi,
+    SealCei,
+    apply_ops,
+    first_chronon_from,
+)
+from proxy.rules.schemas import ProfileSpec, RuleSpec
+from proxy.rules.updates import UpdateModel
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
+
+__all__ = [
+    "ChrononGrid",
+    "ChrononMapping",
+    "EnginePort",
+    "EntryLike",
+    "Op",
+    "OpenCei",
+    "RevealEi",
+    "RuleStateError",
+    "SealCei",
+    "TriggerEvaluator",
+    "UnknownFeedError",
+    "UpdateModel",
+    "apply_ops",
+]
+
+STATE_VERSION = 1
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class UnknownFeedError(ValidationError):
+    """A rule names a feed id that ``resolve_feed`` does not know; ``loc`` is the field path."""
+
+    def __init__(self, loc: str, feed_id: str) -> None:
+        self.loc = loc
+        self.feed_id = feed_id
+        super().__init__(f"{loc}: unknown feed {feed_id!r}")
+
+
+class RuleStateError(ValidationError):
+    """A stored rule state cannot be restored (unknown rule, wrong kind or version, bad shape)."""
+
+
+# --------------------------------------------------------------------------- compiled rules
+
+
+@dataclass(frozen=True, slots=True)
+class _Condition:
+    keywords: tuple[str, ...]  # casefolded
+    regex: re.Pattern[str] | None
+    every_nth: int | None
+
+    def matches(self, entry: _Prepared) -> bool:
+        if self.keywords and not any(k in text for k in self.keywords for text in entry.folded):
+            return False
+        return self.regex is None or any(self.regex.search(t) for t in entry.texts)
+
+
+class _Prepared:
+    """An entry's capped texts, casefolded once per probe however many rules read them."""
+
+    __slots__ = ("_folded", "texts")
+
+    def __init__(self, entry: EntryLike) -> None:
+        self.texts = [t[:MAX_TEXT] for t in (entry.title, entry.summary, entry.content) if t]
+        self._folded: list[str] | None = None
+
+    @property
+    def folded(self) -> list[str]:
+        if self._folded is None:
+            self._folded = [t.casefold() for t in self.texts]
+        return self._folded
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    resource: int
+    within: int | None  # None: overwrite life
+
+
+@dataclass(frozen=True, slots=True)
+class _Period:
+    first: int | None  # first active chronon
+    last: int | None  # last active chronon
+
+    def active(self, t: int) -> bool:
+        return (self.first is None or t >= self.first) and (self.last is None or t <= self.last)
+
+
+@dataclass(frozen=True, slots=True)
+class _TriggerRule:
+    rule_id: str
+    profile_id: str
+    resource: int
+    mode: Literal["every", "cron", "notify"]
+    every: int  # chronons; 0 unless mode == "every"
+    slack: int
+    cron: CronTrigger | None
+    condition: _Condition | None
+    queries: tuple[_Query, ...]
+    period: _Period
+
+
+@dataclass(frozen=True, slots=True)
+class _WatchRule:
+    rule_id: str
+    profile_id: str
+    resources: tuple[int, ...]
+    within: int
+    period: _Period
+
+
+@dataclass(slots=True)
+class _TriggerState:
+    seq: int = 0
+    next_fire: int | None = None  # temporal rules: the next fire chronon once anchored
+    last_open: int | None = None  # the chronon the last CEI opened (dedupes repeated pings)
+    nth_count: int = 0
+    open: dict[str, tuple[int, int]] = field(default_factory=dict)  # cei id -> trigger EI window
+
+
+@dataclass(slots=True)
+class _WatchState:
+    seq: int = 0
+    cei_id: str | None = None  # the CEI being built
+    alive: bool = True  # False once the engine missed it: keep building, emit nothing
+    covered: dict[int, int] = field(default_factory=dict)  # resource -> EI start in the current CEI
+    prev_last_start: int = -1  # the last EI start of the previous CEI
+
+
+_Rule = _TriggerRule | _WatchRule
+
+# --------------------------------------------------------------------------- the evaluator
+
+
+class TriggerEvaluator:
+    """Holds every profile's compiled rules and runtime state; turns events into engine ops.
+
+    Deterministic: the same calls in the same order give the same operations and
+    CEI ids (``"{rule_id}:{seq}"``). Rules are visited in the order their
+    profiles were added, then in rule order.
+
+    ``probe_grace``: an open trigger CEI is sealed and forgotten once its
+    trigger window ended more than this many chronons ago (the engine has
+    missed it by then, unless a probe that started inside the window is still
+    in flight; probes never last this long). :meth:`on_trigger_missed` does
+    it at once.
+    """
+
+    def __init__(
+        self,
+        clock: ChrononMapping,
+        *,
+        update_model: UpdateModel | None = None,
+        probe_grace: int = 30,
+    ) -> None:
+        self.clock = clock
+        self.updates = update_model if update_model is not None else UpdateModel()
+        self.probe_grace = probe_grace
+        self._profiles: dict[str, list[str]] = {}  # profile id -> rule ids in order
+        self._rules: dict[str, _Rule] = {}
+        self._trigger_state: dict[str, _TriggerState] = {}
+        self._watch_state: dict[str, _WatchState] = {}
+        self._by_resource: dict[int, list[str]] = {}  # feed -> rules that trigger/watch it
+        self._open_index: dict[str, str] = {}  # open CEI id -> rule id
+        self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
+        self._dirty: set[str] = set()
+        self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
+        self._counter = 0
+        # Temporal rules wait in a heap by next fire chronon, so a tick costs what is due,
+        # not one visit per rule. Entries go stale when a rule is removed or restored;
+        # they are checked against the rule's state when popped.
+        self._unanchored: dict[str, None] = {}  # temporal rules whose schedule starts at the next tick
+        self._fire_heap: list[tuple[int, str]] = []  # (next fire chronon, rule id)
+        self._sweep_heap: list[tuple[int, str]] = []  # (trigger finish + probe_grace, cei id)
+
+    # ------------------------------------------------------------------ profiles
+
+    def add_profile(
+        self,
+        profile_id: str,
+        spec: ProfileSpec,
+        resolve_feed: Callable[[str], int] | Mapping[str, int],
+        *,
+        rule_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Compile and install ``spec``; return its rule ids (default ``"{profile_id}/{index}"``).
+
+        ``resolve_feed`` maps a feed id to the engine resource; a ``LookupError``
+        from it becomes :class:`UnknownFeedError` naming the field
+        (``rules.0.query.1.feed``). Compilation happens before anything is
+        installed, so a failing profile leaves the evaluator unchanged. Rule ids
+        must be unique among installed rules and should never be reused for a
+        different rule: CEI ids are ``"{rule_id}:{seq}"``.
+        """
+        if profile_id in self._profiles:
+            raise ValueError(f"profile {profile_id!r} is already installed; use replace_profile")
+        compiled = self._prepare(profile_id, spec, resolve_feed, rule_ids)
+        self._install(profile_id, compiled)
+        return [rule.rule_id for rule in compiled]
+
+    def remove_profile(self, profile_id: str) -> list[Op]:
+        """Uninstall a profile; seal its open CEIs so the engine resolves them at their current rank.
+
+        Unknown profile ids raise ``KeyError``. The returned ops must be applied:
+        an unsealed CEI would otherwise stay pending in the engine for ever.
+        A rule id added again later continues its CEI sequence (within this
+        process; across restarts the service must not reuse rule ids).
+        """
+        ids = self._profiles.pop(profile_id)
+        ops: list[Op] = []
+        for rule_id in ids:
+            rule = self._rules.pop(rule_id)
+            self._dirty.discard(rule_id)
+            self._unanchored.pop(rule_id, None)
+            del self._order[rule_id]
+            if isinstance(rule, _TriggerRule):
+                tstate = self._trigger_state.pop(rule_id)
+                self._retired_seq[rule_id] = tstate.seq
+                for cei_id in tstate.open:
+                    self._open_index.pop(cei_id, None)
+                    ops.append(SealCei(cei_id))
+                feeds: tuple[int, ...] = (rule.resource,)
+            else:
+                wstate = self._watch_state.pop(rule_id)
+                self._retired_seq[rule_id] = wstate.seq
+                if wstate.cei_id is not None and wstate.alive:
+                    ops.append(SealCei(wstate.cei_id))
+                    self._open_index.pop(wstate.cei_id, None)
+                feeds = rule.resources
+            for r in feeds:
+                listed = self._by_resource[r]
+                listed.remove(rule_id)
+                if not listed:
+                    del self._by_resource[r]
+        return ops
+
+    def replace_profile(
+        self,
+        profile_id: str,
+        spec: ProfileSpec,
+        resolve_feed: Callable[[str], int] | Mapping[str, int],
+        *,
+        rule_ids: Sequence[str] | None = None,
+    ) -> tuple[list[str], list[Op]]:
+        """Remove then add; a rule id present before and after continues its CEI sequence.
+
+        Runtime state (counters, schedules) starts afresh: the rule may have
+        changed. If the new spec fails to compile the old profile stays installed.
+        Returns the new rule ids and the ops sealing the old profile's open CEIs.
+        """
+        compiled = self._prepare(profile_id, spec, resolve_feed, rule_ids, replacing=True)
+        ops = self.remove_profile(profile_id) if profile_id in self._profiles else []
+        self._install(profile_id, compiled)
+        return [rule.rule_id for rule in compiled], ops
+
+    def _prepare(
+        self,
+        profile_id: str,
+        spec: ProfileSpec,
+        resolve_feed: Callable[[str], int] | Mapping[str, int],
+        rule_ids: Sequence[str] | None,
+        *,
+        replacing: bool = False,
+    ) -> list[_Rule]:
+        """Check the rule ids and compile every rule, changing nothing."""
+        ids = list(rule_ids) if rule_ids is not None else [f"{profile_id}/{i}" for i in range(len(spec.rules))]
+        if len(ids) != len(spec.rules):
+            raise ValueError(f"rule_ids has {len(ids)} ids for {len(spec.rules)} rules")
+        own = set(self._profiles.get(profile_id, ())) if replacing else set()
+        if len(set(ids)) != len(ids) or any(i in self._rules and i not in own for i in ids):
+            raise ValueError(f"rule ids must be unique across installed profiles: {ids}")
+        lookup = resolve_feed.__getitem__ if isinstance(resolve_feed, Mapping) else resolve_feed
+        return [
+            self._compile(profile_id, rule_id, rule, lookup, f"rules.{i}")
+            for i, (rule_id, rule) in enumerate(zip(ids, spec.rules, strict=True))
+        ]
+
+    def _install(self, profile_id: str, compiled: list[_Rule]) -> None:
+        self._profiles[profile_id] = [rule.rule_id for rule in compiled]
+        for rule in compiled:
+            self._rules[rule.rule_id] = rule
+            self._order[rule.rule_id] = self._counter
+            self._counter += 1
+            seq = self._retired_seq.pop(rule.rule_id, 0)
+            if isinstance(rule, _TriggerRule):
+                self._trigger_state[rule.rule_id] = _TriggerState(seq=seq)
+                if rule.mode != "notify":
+                    self._unanchored[rule.rule_id] = None
+                feeds: tuple[int, ...] = (rule.resource,)
+            else:
+                self._watch_state[rule.rule_id] = _WatchState(seq=seq)
+                feeds = rule.resources
+            for r in feeds:
+                self._by_resource.setdefault(r, []).append(rule.rule_id)
+            self._dirty.add(rule.rule_id)
+
+    def profile_ids(self) -> list[str]:
+        return list(self._profiles)
+
+    def rule_ids(self, profile_id: str) -> list[str]:
+        return list(self._profiles[profile_id])
+
+    def _compile(
+        self,
+        profile_id: str,
+        rule_id: str,
+        rule: RuleSpec,
+        lookup: Callable[[str], int],
+        loc: str,
+    ) -> _Rule:
+        def resource(feed_id: str, where: str) -> int:
+            try:
+                return int(lookup(feed_id))
+            except LookupError:
+                raise UnknownFeedError(f"{loc}.{where}", feed_id) from None
+
+        def chronons(text: str, *, minimum: int = 0) -> int:
+            return to_chronons(parse_duration(text), self.clock.length, minimum=minimum)
+
+        period = _Period(None, None)
+        if rule.period is not None:
+            period = _Period(
+                None if rule.period.start is None else first_chronon_from(self.clock, rule.period.start),
+                None if rule.period.end is None else first_chronon_from(self.clock, rule.period.end) - 1,
+            )
+        if rule.watch is not None:
+            return _WatchRule(
+                rule_id=rule_id,
+                profile_id=profile_id,
+                resources=tuple(resource(f, f"watch.feeds.{j}") for j, f in enumerate(rule.watch.feeds)),
+                within=chronons(rule.watch.within),
+                period=period,
+            )
+        trigger = rule.trigger
+        assert trigger is not None and rule.query is not None  # guaranteed by RuleSpec
+        condition = None
+        if trigger.when is not None:
+            when = trigger.when
+            condition = _Condition(
+                keywords=tuple(k.casefold() for k in when.contains or ()),
+                regex=None if when.regex is None else compile_safe_regex(when.regex),
+                every_nth=when.every_nth,
+            )
+        cron = None
+        if trigger.cron is not None:
+            from apscheduler.triggers.cron import CronTrigger
+
+            cron = CronTrigger.from_crontab(trigger.cron, timezone=trigger.timezone)
+        mode: Literal["every", "cron", "notify"] = (
+            "every" if trigger.every is not None else "cron" if cron is not None else "notify"
+        )
+        return _TriggerRule(
+            rule_id=rule_id,
+            profile_id=profile_id,
+            resource=resource(trigger.feed, "trigger.feed"),
+            mode=mode,
+            every=chronons(trigger.every, minimum=1) if trigger.every is not None else 0,
+            # The default slack is one chronon: a window the scheduler can actually choose in.
+            slack=chronons(trigger.slack) if trigger.slack is not None else 1,
+            cron=cron,
+            condition=condition,
+            queries=tuple(
+                _Query(resource(q.feed, f"query.{j}.feed"), None if q.within is None else chronons(q.within))
+                for j, q in enumerate(rule.query)
+            ),
+            period=period,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def on_tick(self, t: int) -> list[Op]:
+        """Chronon ``t`` begins: open the CEIs of temporal triggers due at or before ``t``.
+
+        Fire chronons missed while the service was down are coalesced into one
+        (APScheduler's ``coalesce``): a CEI opens at ``t`` if the latest missed
+        fire's window ``[f, f + slack]`` still reaches ``t``, with the EI
+        ``[t, f + slack]``. Also seals and forgets trigger CEIs whose window
+        ended more than ``probe_grace`` chronons ago (see the class docstring).
+        """
+        ops: list[Op] = []
+        sweep = self._sweep_heap
+        while sweep and sweep[0][0] < t:
+            _, cei_id = heapq.heappop(sweep)
+            rule_id = self._open_index.get(cei_id)
+            if rule_id is None or rule_id not in self._trigger_state:
+                continue  # decided, missed or removed meanwhile
+            # The engine missed these long ago (nobody called on_trigger_missed): seal to free them.
+            self._trigger_state[rule_id].open.pop(cei_id, None)
+            del self._open_index[cei_id]
+            self._dirty.add(rule_id)
+            ops.append(SealCei(cei_id))
+        due: set[str] = set(self._unanchored)
+        self._unanchored.clear()
+        heap = self._fire_heap
+        while heap and heap[0][0] <= t:
+            fire_at, rule_id = heapq.heappop(heap)
+            state = self._trigger_state.get(rule_id)
+            if state is not None and state.next_fire == fire_at:
+                due.add(rule_id)
+        for rule_id in sorted(due, key=self._order.__getitem__):
+            rule = self._rules[rule_id]
+            assert isinstance(rule, _TriggerRule)
+            state = self._trigger_state[rule_id]
+            fire = self._due_every(rule, state, t) if rule.mode == "every" else self._due_cron(rule, state, t)
+            last = rule.period.last
+            if state.next_fire is not None and (last is None or state.next_fire <= last):
+                heapq.heappush(heap, (state.next_fire, rule_id))  # else: the period is over
+            if fire is not None and fire + rule.slack >= t and rule.period.active(fire):
+                ops.append(self._open_trigger(rule, state, t, fire + rule.slack))
+        return ops
+
+    def on_probe(
+        self,
+        resource: int,
+        started_chronon: int,
+        success: bool,
+        new_entries: Sequence[EntryLike],
+    ) -> list[Op]:
+        """A probe of ``resource`` that started at ``started_chronon`` finished.
+
+        Call it BEFORE recording the probe's capture in the engine. For each
+        rule triggered by this feed, the open CEIs whose trigger window contains
+        ``started_chronon`` are decided: if the condition holds on
+        ``new_entries``, the query EIs join (``[started, started + within]``, or
+        the ``overwrite`` estimate) and the last one seals the CEI; else the CEI
+        is sealed at rank 1. A failed probe decides nothing (another probe may
+        still succeed in the window). ``every_nth`` counts the matching new
+        entries of every successful probe of the feed, in or out of a window.
+        New entries also count as an update for the :class:`UpdateModel`.
+        """
+        if not success:
+            return []
+        if new_entries:
+            self.updates.observe(resource, started_chronon)
+        ops: list[Op] = []
+        prepared: list[_Prepared] | None = None
+        for rule_id in self._by_resource.get(resource, ()):
+            rule = self._rules[rule_id]
+            if not isinstance(rule, _TriggerRule):
+                continue
+            state = self._trigger_state[rule_id]
+            due = [c for c, (s, f) in state.open.items() if s <= started_chronon <= f]
+            counting = rule.condition is not None and rule.condition.every_nth is not None
+            if not due and not counting:
+                continue  # nothing to decide: spare the matching
+            if prepared is None:
+                prepared = [_Prepared(e) for e in new_entries]
+            fired = self._condition_holds(rule, state, prepared)
+            for cei_id in due:
+                del state.open[cei_id]
+                self._open_index.pop(cei_id, None)
+                self._dirty.add(rule_id)
+                if fired:
+                    ops.extend(self._query_eis(rule, cei_id, started_chronon))
+                else:
+                    ops.append(SealCei(cei_id))
+        return ops
+
+    def on_notification(self, resource: int, t: int) -> list[Op]:
+        """An update notification (ping) for ``resource`` arrived during chronon ``t``.
+
+        Opens a CEI ``[t, t + slack]`` for each ``on: update|ping`` trigger of the
+        feed (at most one per rule and chronon: hubs repeat pings), and advances
+        watch rules (AuctionWatch: see the module docstring). Also an update
+        observation for the :class:`UpdateModel`.
+        """
+        self.updates.observe(resource, t)
+        ops: list[Op] = []
+        for rule_id in self._by_resource.get(resource, ()):
+            rule = self._rules[rule_id]
+            if isinstance(rule, _TriggerRule):
+                state = self._trigger_state[rule_id]
+                if rule.mode == "notify" and rule.period.active(t) and state.last_open != t:
+                    ops.append(self._open_trigger(rule, state, t, t + rule.slack))
+            else:
+                ops.extend(self._watch(rule, self._watch_state[rule_id], resource, t))
+        return ops
+
+    def observe_update(self, resource: int, t: int) -> None:
+        """Tell the update model that ``resource`` changed at ``t`` (e.g. from a probe elsewhere)."""
+        self.updates.observe(resource, t)
+
+    def on_trigger_missed(self, cei_id: str) -> list[Op]:
+        """The engine reports ``cei_id`` missed: drop its state; returns ``[SealCei]`` if it was open.
+
+        The engine keeps a missed CEI's slot until it is sealed, so the seal
+        lets it go. A missed watch CEI keeps being built silently, so the next
+        one starts exactly where AuctionWatch says (after the missed CEI's last
+        EI start). Unknown or already-closed ids give no ops.
+        """
+        rule_id = self._open_index.pop(cei_id, None)
+        if rule_id is None:
+            return []
+        self._dirty.add(rule_id)
+        if rule_id in self._trigger_state:
+            self._trigger_state[rule_id].open.pop(cei_id, None)
+        elif rule_id in self._watch_state:
+            wstate = self._watch_state[rule_id]
+            if wstate.cei_id == cei_id:
+                wstate.alive = False
+        return [SealCei(cei_id)]
+
+    on_cei_missed = on_trigger_missed
+
+    # ------------------------------------------------------------------ state
+
+    def take_dirty(self) -> list[str]:
+        """Rule ids whose state changed since the last call (to persist with ``snapshot_state``)."""
+        dirty = sorted(self._dirty, key=self._order.__getitem__)
+        self._dirty.clear()
+        return dirty
+
+    def snapshot_state(self, rule_id: str) -> dict[str, Any]:
+        """The rule's runtime state as JSON-serialisable data (``KeyError`` for unknown rules).
+
+        Includes the update model of the feeds its ``overwrite`` queries use.
+        """
+        rule = self._rules[rule_id]
+        if isinstance(rule, _TriggerRule):
+            ts = self._trigger_state[rule_id]
+            overwrite = [q.resource for q in rule.queries if q.within is None]
+            return {
+                "version": STATE_VERSION,
+                "kind": "trigger",
+                "seq": ts.seq,
+                "next_fire": ts.next_fire,
+                "last_open": ts.last_open,
+                "nth_count": ts.nth_count,
+                "open": [[cei, s, f] for cei, (s, f) in ts.open.items()],
+                "updates": self.updates.snapshot(overwrite),
+            }
+        ws = self._watch_state[rule_id]
+        return {
+            "version": STATE_VERSION,
+            "kind": "watch",
+            "seq": ws.seq,
+            "cei_id": ws.cei_id,
+            "alive": ws.alive,
+            "covered": [[r, s] for r, s in ws.covered.items()],
+            "prev_last_start": ws.prev_last_start,
+        }
+
+    def restore_state(self, rule_id: str, data: Mapping[str, Any]) -> None:
+        """Restore what :meth:`snapshot_state` returned, after :meth:`add_profile` installed the rule."""
+        rule = self._rules.get(rule_id)
+        if rule is None:
+            raise RuleStateError(f"rule {rule_id!r} is not installed")
+        kind = "trigger" if isinstance(rule, _TriggerRule) else "watch"
+        if data.get("version") != STATE_VERSION or data.get("kind") != kind:
+            raise RuleStateError(
+                f"rule {rule_id!r}: state has version {data.get('version')!r} kind {data.get('kind')!r}, "
+                f"expected version {STATE_VERSION} kind {kind!r}"
+            )
+        try:
+            if isinstance(rule, _TriggerRule):
+                ts = _TriggerState(
+                    seq=int(data["seq"]),
+                    next_fire=_opt_int(data["next_fire"]),
+                    last_open=_opt_int(data["last_open"]),
+                    nth_count=int(data["nth_count"]),
+                    open={str(c): (int(s), int(f)) for c, s, f in data["open"]},
+                )
+                updates = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("updates", {}).items()}
+                for cei_id in self._trigger_state[rule_id].open:
+                    self._open_index.pop(cei_id, None)
+                self.updates.restore(updates)
+                self._trigger_state[rule_id] = ts
+                for cei_id, (_, finish) in ts.open.items():
+                    self._open_index[cei_id] = rule_id
+                    heapq.heappush(self._sweep_heap, (finish + self.probe_grace, cei_id))
+                if rule.mode != "notify":
+                    if ts.next_fire is None:
+                        self._unanchored[rule_id] = None
+                    else:
+                        self._unanchored.pop(rule_id, None)
+                        heapq.heappush(self._fire_heap, (ts.next_fire, rule_id))
+            else:
+                oldw = self._watch_state[rule_id]
+                if oldw.cei_id is not None:
+                    self._open_index.pop(oldw.cei_id, None)
+                ws = _WatchState(
+                    seq=int(data["seq"]),
+                    cei_id=None if data["cei_id"] is None else str(data["cei_id"]),
+                    alive=bool(data["alive"]),
+                    covered={int(r): int(s) for r, s in data["covered"]},
+                    prev_last_start=int(data["prev_last_start"]),
+                )
+                self._watch_state[rule_id] = ws
+                if ws.cei_id is not None and ws.alive:
+                    self._open_index[ws.cei_id] = rule_id
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RuleStateError(f"rule {rule_id!r}: malformed state ({exc!r})") from None
+
+    def snapshot_update_models(self) -> dict[str, list[float]]:
+        """The whole update model (every feed), JSON-serialisable."""
+        return self.updates.snapshot()
+
+    def restore_update_models(self, data: Mapping[str, Sequence[float]]) -> None:
+        self.updates.restore(data)
+
+    def open_cei_ids(self) -> list[str]:
+        """CEIs this evaluator may still grow or seal, sorted (the same before and after a restore)."""
+        return sorted(self._open_index)
+
+    # ------------------------------------------------------------------ internals
+
+    def _next_id(self, rule_id: str, seq: int) -> str:
+        return f"{rule_id}:{seq}"
+
+    def _open_trigger(self, rule: _TriggerRule, state: _TriggerState, t: int, finish: int) -> OpenCei:
+        cei_id = self._next_id(rule.rule_id, state.seq)
+        state.seq += 1
+        state.last_open = t
+        state.open[cei_id] = (t, finish)
+        self._open_index[cei_id] = rule.rule_id
+        heapq.heappush(self._sweep_heap, (finish + self.probe_grace, cei_id))
+        self._dirty.add(rule.rule_id)
+        # Unsealed: the trigger's outcome decides whether the query EIs join (main paper §2.1).
+        return OpenCei(cei_id, rule.profile_id, rule.rule_id, ((rule.resource, t, finish),), sealed=False)
+
+    def _due_every(self, rule: _TriggerRule, state: _TriggerState, t: int) -> int | None:
+        if state.next_fire is None:
+            # Anchor the schedule at the period's start, else at the first tick seen.
+            anchor = rule.period.first if rule.period.first is not None else t
+            state.next_fire = anchor
+            self._dirty.add(rule.rule_id)
+        if t < state.next_fire:
+            return None
+        fire = state.next_fire + (t - state.next_fire) // rule.every * rule.every
+        state.next_fire = fire + rule.every
+        self._dirty.add(rule.rule_id)
+        return fire
+
+    def _due_cron(self, rule: _TriggerRule, state: _TriggerState, t: int) -> int | None:
+        if state.next_fire is None:
+            state.next_fire = self._cron_next(rule, t)
+            self._dirty.add(rule.rule_id)
+        if state.next_fire is None or t < state.next_fire:
+            return None
+        fire = state.next_fire
+        if fire < t:
+            # Ticks were missed: coalesce into the latest fire whose window still reaches t
+            # (at most slack + 1 chronons to look at).
+            c = self._cron_next(rule, max(fire, t - rule.slack))
+            while c is not None and c <= t:
+                fire = c
+                c = self._cron_next(rule, c + 1)
+        # Every fire time inside chronons <= t is coalesced into this one.
+        state.next_fire = self._cron_next(rule, t + 1)
+        self._dirty.add(rule.rule_id)
+        return fire
+
+    def _cron_next(self, rule: _TriggerRule, chronon: int) -> int | None:
+        """The chronon of the first cron fire time at or after the beginning of ``chronon``."""
+        assert rule.cron is not None
+        moment = rule.cron.get_next_fire_time(None, self.clock.start_of(chronon))
+        return None if moment is None else max(chronon, self.clock.chronon_at(moment))
+
+    def _condition_holds(self, rule: _TriggerRule, state: _TriggerState, entries: list[_Prepared]) -> bool:
+        cond = rule.condition
+        if cond is None:
+            return bool(entries)
+        matching = sum(1 for e in entries if cond.matches(e)) if (cond.keywords or cond.regex) else len(entries)
+        if cond.every_nth is None:
+            return matching > 0
+        before = state.nth_count
+        state.nth_count += matching
+        if matching:
+            self._dirty.add(rule.rule_id)
+        # Paper 002 §2.1, "WHEN COUNT(*) % X = 0": some entry of this batch is the X-th, 2X-th, …
+        return state.nth_count // cond.every_nth > before // cond.every_nth
+
+    def _query_eis(self, rule: _TriggerRule, cei_id: str, t: int) -> list[Op]:
+        ops: list[Op] = []
+        last = len(rule.queries) - 1
+        for i, q in enumerate(rule.queries):
+            if q.within is not None:
+                finish = t + q.within
+            else:
+                finish = t + self.updates.mean_interval(q.resource) - 1
+            ops.append(RevealEi(cei_id, q.resource, t, finish, seal=i == last))
+        return ops
+
+    def _watch(self, rule: _WatchRule, state: _WatchState, resource: int, t: int) -> list[Op]:
+        # AuctionWatch (main paper §4): CEI j+1 takes, for each feed, its first update
+        # strictly after the last EI start of CEI j; later updates of a covered feed wait.
+        if not rule.period.active(t) or t <= state.prev_last_start or resource in state.covered:
+            return []
+        ei = (resource, t, t + rule.within)
+        complete = len(state.covered) + 1 == len(rule.resources)
+        ops: list[Op] = []
+        self._dirty.add(rule.rule_id)
+        if state.cei_id is None:
+            state.cei_id = self._next_id(rule.rule_id, state.seq)
+            state.seq += 1
+            state.alive = True
+            ops.append(OpenCei(state.cei_id, rule.profile_id, rule.rule_id, (ei,), sealed=complete))
+            if not complete:
+                self._open_index[state.cei_id] = rule.rule_id
+        elif state.alive:
+            ops.append(RevealEi(state.cei_id, *ei, seal=complete))
+        state.covered[resource] = t
+        if complete:
+            state.prev_last_start = max(state.covered.values())
+            self._open_index.pop(state.cei_id, None)
+            state.cei_id = None
+            state.covered = {}
+        return ops
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)

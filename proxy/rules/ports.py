@@ -1,0 +1,138 @@
+"""What the trigger evaluator exchanges with the rest of the proxy: entries in, engine operations out.
+
+The operations are small frozen values (style.md §2) that the service applies
+to the engine with :func:`apply_ops` and persists. :class:`ChrononMapping` is
+the chronon clock the service already has (``proxy.service.clock``), reduced to
+the arithmetic the evaluator needs; nothing here reads the time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+__all__ = [
+    "ChrononGrid",
+    "ChrononMapping",
+    "EnginePort",
+    "EntryLike",
+    "Op",
+    "OpenCei",
+    "RevealEi",
+    "SealCei",
+    "apply_ops",
+    "first_chronon_from",
+]
+
+
+class EntryLike(Protocol):
+    """What a condition reads from a new entry (the feed layer's ``Entry`` satisfies it)."""
+
+    @property
+    def title(self) -> str | None: ...
+
+    @property
+    def summary(self) -> str | None: ...
+
+    @property
+    def content(self) -> str | None: ...
+
+
+class EnginePort(Protocol):
+    """The part of ``proxy.core.engine.Engine`` that :func:`apply_ops` drives."""
+
+    def add_cei(
+        self, cei_id: str, profile: str, eis: Sequence[tuple[int, int, int]], *, sealed: bool = True
+    ) -> None: ...
+
+    def reveal_ei(self, cei_id: str, resource: int, start: int, finish: int, *, seal: bool = False) -> int: ...
+
+    def seal(self, cei_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OpenCei:
+    """Release a new CEI now: ``engine.add_cei(cei_id, profile_id, eis, sealed=sealed)``."""
+
+    cei_id: str
+    profile_id: str
+    rule_id: str
+    eis: tuple[tuple[int, int, int], ...]  # (resource, start, finish)
+    sealed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RevealEi:
+    """An EI joins an open CEI: ``engine.reveal_ei(cei_id, resource, start, finish, seal=seal)``."""
+
+    cei_id: str
+    resource: int
+    start: int
+    finish: int
+    seal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SealCei:
+    """No EI will join this CEI any more: ``engine.seal(cei_id)``."""
+
+    cei_id: str
+
+
+Op = OpenCei | RevealEi | SealCei
+
+
+def apply_ops(engine: EnginePort, ops: Iterable[Op]) -> None:
+    """Apply evaluator operations to the engine, in order (the service also persists them)."""
+    for op in ops:
+        if isinstance(op, OpenCei):
+            engine.add_cei(op.cei_id, op.profile_id, op.eis, sealed=op.sealed)
+        elif isinstance(op, RevealEi):
+            engine.reveal_ei(op.cei_id, op.resource, op.start, op.finish, seal=op.seal)
+        else:
+            engine.seal(op.cei_id)
+
+
+class ChrononMapping(Protocol):
+    """Chronons ↔ instants: chronon ``t`` covers ``[start_of(t), start_of(t + 1))``.
+
+    ``proxy.service.clock.ChrononClock`` satisfies it (the service passes its
+    own clock); :class:`ChrononGrid` is a plain implementation for tests and
+    the simulator. The evaluator only does arithmetic with it, never asks the time.
+    """
+
+    @property
+    def length(self) -> float: ...
+
+    def chronon_at(self, when: datetime) -> int: ...
+
+    def start_of(self, t: int) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChrononGrid:
+    """A :class:`ChrononMapping` from an origin (the start of chronon 0) and a length in seconds."""
+
+    origin: datetime
+    length: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.origin.tzinfo is None:
+            raise ValueError("ChrononGrid.origin must be timezone-aware (UTC recommended)")
+        if not (self.length > 0 and math.isfinite(self.length)):
+            raise ValueError(f"chronon length must be a positive number of seconds, got {self.length!r}")
+
+    def start_of(self, t: int) -> datetime:
+        return self.origin + timedelta(seconds=t * self.length)
+
+    def chronon_at(self, when: datetime) -> int:
+        return math.floor(round((when - self.origin).total_seconds() / self.length, 9))
+
+
+def first_chronon_from(clock: ChrononMapping, moment: datetime) -> int:
+    """The first chronon that begins at or after ``moment``."""
+    c = clock.chronon_at(moment)
+    return c if clock.start_of(c) >= moment else c + 1

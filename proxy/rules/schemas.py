@@ -1,0 +1,299 @@
+"""The rule language: request schemas for profiles and their notification rules.
+
+A profile is a list of notification rules (paper 002 §2.1: a rule is a query
+part, a trigger part, an active period and a utility; utility here is always
+strict/binary, main paper §2). Two kinds of rule:
+
+* a **trigger rule**: a trigger feed probed on a temporal schedule (``every``
+  D with ``slack`` S, or a ``cron`` expression) or when an update notification
+  (ping) for it arrives (``on``); an optional condition (``when``) on the new
+  entries the probe finds; and query feeds, each with a life (``within`` a
+  duration, or ``overwrite``: before the feed's next change, paper 002 §2.1);
+* a **watch rule** (the main paper's AuctionWatch(k), §4): one EI per watched
+  feed, opened at that feed's next update notification.
+
+These models only validate the *shape* of a request (pydantic v2: an error's
+``loc`` names the field, e.g. ``rules.0.trigger.every``, and its message the
+reason, so the API can answer 422 with them). They deliberately do not check
+that feed ids exist: the service resolves feed ids when it hands a profile to
+:class:`proxy.rules.TriggerEvaluator` (``resolve_feed`` raises for an unknown
+id and the evaluator re-raises it naming the field). Durations stay strings,
+so a stored spec reads back exactly as submitted.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from proxy.rules._regex import UnsafeRegexError, compile_safe_regex
+from proxy.rules.durations import DurationError, parse_duration
+
+__all__ = [
+    "ConditionSpec",
+    "PeriodSpec",
+    "ProfileSpec",
+    "QuerySpec",
+    "RuleSpec",
+    "TriggerSpec",
+    "WatchSpec",
+]
+
+
+def _invalid(kind: str, reason: str) -> PydanticCustomError:
+    # A custom error keeps the message exactly as written (no "Value error, " prefix).
+    return PydanticCustomError(kind, "{reason}", {"reason": reason})
+
+
+def _check_duration(value: str) -> str:
+    try:
+        parse_duration(value)
+    except DurationError as exc:
+        raise _invalid("duration", str(exc)) from None
+    return value.strip()
+
+
+def _check_regex(value: str) -> str:
+    try:
+        compile_safe_regex(value)
+    except UnsafeRegexError as exc:
+        raise _invalid("regex", str(exc)) from None
+    return value
+
+
+def _check_cron(value: str) -> str:
+    # APScheduler computes the fire times; parse here so a bad field fails at submission.
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(value, timezone="UTC")
+    except (ValueError, TypeError) as exc:
+        raise _invalid(
+            "cron",
+            f"invalid cron expression {value!r}: {exc} (expected 5 fields: minute hour day month day-of-week)",
+        ) from None
+    return " ".join(value.split())
+
+
+def _check_timezone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise _invalid(
+            "timezone", f"unknown time zone {value!r} (use an IANA name such as 'UTC' or 'Europe/Paris')"
+        ) from None
+    return value
+
+
+def _check_positive(value: str) -> str:
+    if parse_duration(value) <= timedelta(0):
+        raise _invalid("duration", f"duration {value!r} must be longer than 0s")
+    return value
+
+
+Duration = Annotated[str, AfterValidator(_check_duration)]
+PositiveDuration = Annotated[str, AfterValidator(_check_duration), AfterValidator(_check_positive)]
+FeedId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Keyword = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class _Spec(BaseModel):
+    # Unknown fields are typos ("evry"), never silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ConditionSpec(_Spec):
+    """A condition on the new entries a trigger probe finds; every given part must hold.
+
+    An entry *matches* when it contains one of ``contains`` (case-insensitive,
+    in title, summary or content) and matches ``regex`` (``re.search`` over the
+    same fields), each only if given. Without ``every_nth`` the condition holds
+    when some new entry matches; with it, matching entries are counted per rule
+    and the condition holds when the count passes a multiple of ``every_nth``
+    (paper 002 §2.1: ``WHEN COUNT(*) % X = 0``).
+    """
+
+    contains: list[Keyword] | None = Field(default=None, min_length=1, max_length=100)
+    regex: Annotated[str, AfterValidator(_check_regex)] | None = None
+    every_nth: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ConditionSpec:
+        if self.contains is None and self.regex is None and self.every_nth is None:
+            raise _invalid("rule", "'when' must set at least one of 'contains', 'regex', 'every_nth' (or be omitted)")
+        return self
+
+
+class TriggerSpec(_Spec):
+    """When the trigger feed's EI opens: exactly one of ``every``, ``cron``, ``on``.
+
+    ``slack`` is how long after the opening the probe may happen (the EI is
+    ``[t, t + slack]``); it defaults to one chronon. ``on: "update"`` and
+    ``on: "ping"`` are synonyms: open at each update notification of the feed.
+    ``timezone`` only affects ``cron``.
+    """
+
+    feed: FeedId
+    every: PositiveDuration | None = None
+    slack: Duration | None = None
+    cron: Annotated[str, AfterValidator(_check_cron)] | None = None
+    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
+    on: Literal["update", "ping"] | None = None
+    when: ConditionSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> TriggerSpec:
+        given = [name for name in ("every", "cron", "on") if getattr(self, name) is not None]
+        if len(given) != 1:
+            what = "none" if not given else " and ".join(repr(g) for g in given)
+            raise _invalid("rule", f"a trigger needs exactly one of 'every', 'cron', 'on' (got {what})")
+        if (
+            self.every is not None
+            and self.slack is not None
+            and parse_duration(self.slack) > parse_duration(self.every)
+        ):
+            raise _invalid(
+                "rule",
+                f"'slack' {self.slack!r} exceeds 'every' {self.every!r}: "
+                "the next probe window would open before this one closes",
+            )
+        return self
+
+
+class QuerySpec(_Spec):
+    """A query feed and its life: exactly one of ``within`` (a duration) or ``overwrite: true``."""
+
+    feed: FeedId
+    within: Duration | None = None
+    overwrite: Literal[True] | None = None
+
+    @model_validator(mode="after")
+    def _one_life(self) -> QuerySpec:
+        if (self.within is None) == (self.overwrite is None):
+            raise _invalid("rule", "a query needs exactly one of 'within' (a duration) or 'overwrite': true")
+        return self
+
+
+class PeriodSpec(_Spec):
+    """When the rule is active (paper 002 §2.1, the rule's period); either bound may be open."""
+
+    start: AwareDatetime | None = None
+    end: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PeriodSpec:
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise _invalid("rule", f"period 'end' {self.end.isoformat()} is not after 'start' {self.start.isoformat()}")
+        return self
+
+
+class WatchSpec(_Spec):
+    """AuctionWatch(k): one EI ``[u, u + within]`` per feed, ``u`` its next update notification."""
+
+    feeds: list[FeedId] = Field(min_length=1, max_length=100)
+    within: Duration
+
+    @field_validator("feeds")
+    @classmethod
+    def _distinct(cls, feeds: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for feed in feeds:
+            if feed in seen:
+                raise _invalid("duplicate", f"feed {feed!r} is listed twice; watched feeds must be distinct")
+            seen.add(feed)
+        return feeds
+
+
+class RuleSpec(_Spec):
+    """One notification rule: exactly one of ``trigger`` (with ``query``) or ``watch``."""
+
+    name: Name
+    trigger: TriggerSpec | None = None
+    query: list[QuerySpec] | None = Field(default=None, min_length=1, max_length=100)
+    watch: WatchSpec | None = None
+    period: PeriodSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RuleSpec:
+        if (self.trigger is None) == (self.watch is None):
+            raise _invalid("rule", "a rule needs exactly one of 'trigger' or 'watch'")
+        if self.trigger is not None and self.query is None:
+            raise _invalid("rule", "a trigger rule needs 'query': the feeds to probe when it fires")
+        if self.watch is not None and self.query is not None:
+            raise _invalid("rule", "a watch rule takes no 'query': its EIs are the watched feeds")
+        return self
+
+    @field_validator("query")
+    @classmethod
+    def _distinct_queries(cls, query: list[QuerySpec] | None) -> list[QuerySpec] | None:
+        seen: set[str] = set()
+        for q in query or ():
+            if q.feed in seen:
+                raise _invalid("duplicate", f"feed {q.feed!r} is queried twice; query feeds must be distinct")
+            seen.add(q.feed)
+        return query
+
+    @property
+    def kind(self) -> Literal["trigger", "watch"]:
+        return "trigger" if self.trigger is not None else "watch"
+
+
+_EXAMPLES: list[JsonValue] = [
+    {
+        "name": "business analyst",
+        "rules": [
+            {
+                "name": "oil news",
+                "trigger": {"feed": "FEED_MISH", "every": "3m", "slack": "2m", "when": {"contains": ["oil"]}},
+                "query": [{"feed": "FEED_CNN", "within": "10m"}, {"feed": "FEED_MONEY", "within": "10m"}],
+            }
+        ],
+    },
+    {"name": "auctions", "rules": [{"name": "watch 3", "watch": {"feeds": ["A", "B", "C"], "within": "10m"}}]},
+]
+
+
+class ProfileSpec(_Spec):
+    """A named profile of notification rules, as submitted to ``POST /api/v1/profiles``."""
+
+    # The main paper's motivating example (§2.1) and AuctionWatch(3) (§4), shown in the OpenAPI docs.
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": _EXAMPLES})
+
+    name: Name
+    rules: list[RuleSpec] = Field(min_length=1, max_length=100)
+
+    def feed_ids(self) -> list[str]:
+        """Every feed id the profile mentions, in order of first mention (for existence checks)."""
+        ids: dict[str, None] = {}
+        for rule in self.rules:
+            if rule.trigger is not None:
+                ids[rule.trigger.feed] = None
+            for q in rule.query or ():
+                ids[q.feed] = None
+            if rule.watch is not None:
+                ids.update(dict.fromkeys(rule.watch.feeds))
+        return list(ids)
+
+
+def error_messages(exc: Any) -> list[str]:
+    """``"rules.0.trigger.every: invalid duration 'x3m': …"`` lines from a pydantic ValidationError."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        lines.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return lines
