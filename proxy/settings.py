@@ -1,0 +1,246 @@
+"""The proxy's configuration: environment variables prefixed ``PROXY_``, optionally from ``.env``.
+
+Every setting has a default that works on one machine (SQLite file under
+``./data/``, 60 s chronons, 10 probes per chronon). Invalid values stop
+start-up: :func:`load_settings` raises :class:`~proxy.errors.SettingsError`
+whose message names the environment variable and the reason.
+
+The README's configuration table is generated from this class by
+:func:`settings_table_markdown`, so a field's ``description`` is its
+documentation.
+
+This module does not create the database or its directory; the store does
+that when it opens an engine (:func:`proxy.store.make_engine`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from proxy.errors import SettingsError
+
+__all__ = [
+    "ENV_PREFIX",
+    "SPEC_POLICY_NAMES",
+    "Settings",
+    "SettingsError",
+    "env_name",
+    "known_policy_names",
+    "load_settings",
+    "settings_table_markdown",
+]
+
+ENV_PREFIX = "PROXY_"
+
+# The policy names of shared/spec/workload-format.md; used only until the
+# registry in proxy.core.policies exists (it is the single source of truth).
+SPEC_POLICY_NAMES: tuple[str, ...] = (
+    "s-edf-np",
+    "s-edf-p",
+    "mrsf-np",
+    "mrsf-p",
+    "m-edf-np",
+    "m-edf-p",
+    "wic",
+    "round-robin",
+)
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# Async drivers only: the store is asyncio end to end. Plain dialect names are
+# accepted and mapped to the async driver, because that is what people type.
+_DRIVER_FOR_DIALECT = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
+
+
+def known_policy_names() -> tuple[str, ...]:
+    """The policy names the core's registry accepts (the spec's list until the registry exists)."""
+    try:
+        # Imported lazily: settings must load even while core is being written,
+        # and `proxy --help` should not import the engine.
+        from proxy.core.policies import policy_names
+    except ImportError:
+        return SPEC_POLICY_NAMES
+    return tuple(policy_names())
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets ``field`` (``budget`` → ``PROXY_BUDGET``)."""
+    return ENV_PREFIX + field.upper()
+
+
+class Settings(BaseSettings):
+    """All of the proxy's settings; see each field's description."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        validate_default=True,
+    )
+
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///./data/proxy.sqlite3",
+        description=(
+            "SQLAlchemy URL of the database: `sqlite+aiosqlite:///path` (the file's directory "
+            "is created on start) or `postgresql+asyncpg://user:pass@host/db`. "
+            "`sqlite://` and `postgresql://` are mapped to these async drivers."
+        ),
+    )
+    chronon_seconds: float = Field(
+        default=60.0, gt=0, description="Length of one chronon (scheduling step) in seconds."
+    )
+    budget: int = Field(default=10, ge=1, description="Probes allowed per chronon (C).")
+    policy: str = Field(
+        default="adm-edf",
+        description="Scheduling policy name, as in the workload spec (e.g. `mrsf-p`, `s-edf-np`, `wic`).",
+    )
+    allow_private_networks: bool = Field(
+        default=False,
+        description=(
+            "Allow feed URLs that resolve to private, loopback or link-local addresses "
+            "(off by default: SSRF guard)."
+        ),
+    )
+    host: str = Field(
+        default="127.0.0.1", min_length=1, description="Address the HTTP API binds to."
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="TCP port of the HTTP API.")
+    per_host_concurrency: int = Field(
+        default=2, ge=1, description="Most simultaneous requests to one feed host."
+    )
+    per_host_min_delay_seconds: float = Field(
+        default=1.0, ge=0, description="Least time between two requests to the same feed host."
+    )
+    retention_days: int = Field(
+        default=30,
+        ge=0,
+        description="Probes and uncaptured entries older than this are purged; 0 keeps everything.",
+    )
+    respect_cache_hints: bool = Field(
+        default=True,
+        description="Do not probe a feed before its Cache-Control max-age / Retry-After allows.",
+    )
+    max_body_bytes: int = Field(
+        default=5 * 1024 * 1024,
+        ge=1024,
+        description="Largest feed body read; longer bodies fail the probe.",
+    )
+    http_connect_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="Timeout for opening a connection to a feed host."
+    )
+    http_read_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout between two reads of a feed response."
+    )
+    http_total_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Timeout for a whole feed request, connection to last byte."
+    )
+    log_level: str = Field(
+        default="INFO",
+        description="Least severity logged: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+    )
+    log_format: Literal["json", "console"] = Field(
+        default="console", description="`json` (one object per line, for collectors) or `console`."
+    )
+    migrate_on_start: bool = Field(
+        default=True, description="Apply pending database migrations when the service starts."
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL ({exc})") from None
+        driver = _DRIVER_FOR_DIALECT.get(url.drivername)
+        if driver is None:
+            raise ValueError(
+                f"unsupported database {url.drivername!r}; use sqlite+aiosqlite:// or postgresql+asyncpg://"
+            )
+        if driver.startswith("sqlite") and not url.database:
+            raise ValueError(
+                "SQLite needs a file path, e.g. sqlite+aiosqlite:///./data/proxy.sqlite3"
+            )
+        return url.set(drivername=driver).render_as_string(hide_password=False)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        names = known_policy_names()
+        if value not in names:
+            raise ValueError(f"unknown policy {value!r}; choose one of: {', '.join(names)}")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            upper = value.strip().upper()
+            if upper not in _LOG_LEVELS:
+                raise ValueError(
+                    f"unknown log level {value!r}; choose one of: {', '.join(_LOG_LEVELS)}"
+                )
+            return upper
+        return value
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def _describe(error: Any) -> str:
+    loc = error.get("loc") or ()
+    field = str(loc[0]) if loc else "?"
+    name = env_name(field) if field in Settings.model_fields else field
+    message = str(error.get("msg", "invalid value"))
+    # pydantic prefixes messages raised by our validators with "Value error, ".
+    message = message.removeprefix("Value error, ")
+    value = error.get("input")
+    shown = "" if value is None or isinstance(value, dict) else f" (got {value!r})"
+    return f"{name}: {message}{shown}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment (and ``.env``), ``overrides`` taking precedence.
+
+    Raises :class:`SettingsError` naming every invalid variable and why, e.g.
+    ``PROXY_BUDGET: Input should be greater than or equal to 1 (got '0')``.
+    """
+    unknown = sorted(set(overrides) - set(Settings.model_fields))
+    if unknown:
+        raise SettingsError(f"unknown setting(s): {', '.join(unknown)}")
+    try:
+        return Settings(**overrides)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        raise SettingsError(f"invalid settings: {problems}") from None
+
+
+def settings_table_markdown() -> str:
+    """A Markdown table of every setting: variable, default, description (for the README)."""
+    lines = ["| Variable | Default | Description |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        shown = str(default).lower() if isinstance(default, bool) else str(default)
+        description = (field.description or "").replace("|", "\\|")
+        lines.append(f"| `{env_name(name)}` | `{shown}` | {description} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # `python -m proxy.settings` prints the table for docs/configuration.md
+    print(settings_table_markdown(), end="")

@@ -1,0 +1,75 @@
+"""Persistence: SQLAlchemy tables, the async :class:`Store` repository, Alembic migrations.
+
+Public API::
+
+    make_engine(url)                      # AsyncEngine with SQLite pragmas / PG pre-ping
+    upgrade_database(url)                 # apply migrations (service start, `proxy db upgrade`)
+    Store.from_url(url) / Store(engine)   # every query the service and API need
+    records: User, Feed, FeedHealth, Profile, Rule, Cei, Ei, Entry, CapturedEntry, Probe,
+             MetricsSummary, ProfileCompleteness, PurgeResult, ProbeRecord
+    inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate
+
+Nothing outside this package writes SQL. The store knows nothing of policies,
+HTTP or rule semantics.
+"""
+
+from proxy.store._engine import make_engine
+from proxy.store._repository import Store, hash_api_key
+from proxy.store._types import (
+    CEI_STATES,
+    CapturedEntry,
+    CaptureInput,
+    Cei,
+    CeiState,
+    CeiStateChange,
+    Ei,
+    Entry,
+    Feed,
+    FeedHealth,
+    FeedUpdate,
+    MetricsSummary,
+    NewEi,
+    NewEntry,
+    Probe,
+    ProbeInput,
+    ProbeRecord,
+    Profile,
+    ProfileCompleteness,
+    PurgeResult,
+    Rule,
+    RuleInput,
+    User,
+)
+from proxy.store.migrate import current_revision, downgrade_database, upgrade_database
+
+__all__ = [
+    "CEI_STATES",
+    "CaptureInput",
+    "CapturedEntry",
+    "Cei",
+    "CeiState",
+    "CeiStateChange",
+    "Ei",
+    "Entry",
+    "Feed",
+    "FeedHealth",
+    "FeedUpdate",
+    "MetricsSummary",
+    "NewEi",
+    "NewEntry",
+    "Probe",
+    "ProbeInput",
+    "ProbeRecord",
+    "Profile",
+    "ProfileCompleteness",
+    "PurgeResult",
+    "Rule",
+    "RuleInput",
+    "Store",
+    "User",
+    "current_revision",
+    "downgrade_database",
+    "hash_api_key",
+    "make_engine",
+    "upgrade_database",
+]

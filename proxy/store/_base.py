@@ -1,0 +1,226 @@
+"""Shared machinery of the store: transactions with error translation, row → record helpers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Self, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from proxy.errors import (
+    ProxyError,
+    StorageError,
+    ValidationError,
+)
+from proxy.store._engine import make_engine
+from proxy.store._models import (
+    EntryRow,
+    FeedRow,
+)
+from proxy.store._types import (
+    CEI_STATES,
+    CeiState,
+    Ei,
+    Entry,
+    Feed,
+    Probe,
+    User,
+)
+
+__all__ = ["API_KEY_PREFIX_LENGTH", "SUMMARY_MAX_CHARS", "StoreBase", "hash_api_key"]
+
+SUMMARY_MAX_CHARS = 2_000
+API_KEY_PREFIX_LENGTH = 8
+_IDENTITY_MAX = 1024  # the column's length; longer identities are stored hashed
+_CHUNK = 500  # rows per multi-row INSERT / IN (...) list: below SQLite's variable limit
+
+_T = TypeVar("_T")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def hash_api_key(api_key: str) -> str:
+    """sha256 hex of an API key: what ``api_keys.key_hash`` stores (keys themselves are never stored)."""
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def _identity_key(identity: str) -> str:
+    """The stored form of an entry identity: itself, or ``sha256:<hex>`` when too long to index."""
+    if len(identity) <= _IDENTITY_MAX:
+        return identity
+    return "sha256:" + hashlib.sha256(identity.encode("utf-8")).hexdigest()
+
+
+def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterable[Sequence[_T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def describe_driver_error(exc: BaseException) -> str:
+    """A one-line message for a driver error, without SQLAlchemy's ``[SQL: …]`` and
+    ``[parameters: …]`` tail: parameters can hold secrets (key hashes, ping tokens)
+    and the message may reach logs and API responses. The full error stays chained."""
+    orig = getattr(exc, "orig", None)
+    source = orig if orig is not None else exc
+    first_line = str(source).strip().split("\n", 1)[0]
+    return f"database error ({type(source).__name__}): {first_line}"
+
+
+def _check_state(state: str) -> CeiState:
+    if state not in CEI_STATES:
+        raise ValidationError(f"state {state!r} is not one of {', '.join(CEI_STATES)}")
+    return state
+
+
+# --- row → record -----------------------------------------------------------------------
+
+
+def _user(row: Any) -> User:
+    return User(id=row.id, name=row.name, created_at=row.created_at)
+
+
+def _feed(row: Any) -> Feed:
+    return Feed(
+        id=row.id,
+        url=row.url,
+        url_normalised=row.url_normalised,
+        resource=row.resource,
+        ping_token=row.ping_token,
+        etag=row.etag,
+        last_modified=row.last_modified,
+        last_probe_at=row.last_probe_at,
+        last_outcome=row.last_outcome,
+        consecutive_errors=row.consecutive_errors,
+        next_allowed_at=row.next_allowed_at,
+        disabled=bool(row.disabled),
+        disabled_reason=row.disabled_reason,
+        created_at=row.created_at,
+    )
+
+
+def _ei(row: Any) -> Ei:
+    return Ei(
+        id=row.id,
+        cei_id=row.cei_id,
+        ordinal=row.ordinal,
+        feed_id=row.feed_id,
+        start=row.start,
+        finish=row.finish,
+        reveal=row.reveal,
+        state=row.state,
+        captured_chronon=row.captured_chronon,
+        captured_probe_id=row.captured_probe_id,
+    )
+
+
+def _entry(row: Any) -> Entry:
+    return Entry(
+        id=row.id,
+        feed_id=row.feed_id,
+        identity=row.identity,
+        title=row.title,
+        link=row.link,
+        published=row.published,
+        summary=row.summary,
+        first_seen_probe_id=row.first_seen_probe_id,
+        first_seen_at=row.first_seen_at,
+    )
+
+
+def _probe(row: Any) -> Probe:
+    return Probe(
+        id=row.id,
+        feed_id=row.feed_id,
+        chronon=row.chronon,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        duration_seconds=row.duration_seconds,
+        outcome=row.outcome,
+        http_status=row.http_status,
+        error=row.error,
+        new_entries=row.new_entries,
+        bytes=row.bytes,
+    )
+
+
+_FEED_COLUMNS = FeedRow.__table__.c
+_ENTRY_COLUMNS = EntryRow.__table__.c
+
+
+class StoreBase:
+    """Engine ownership and the one transaction helper every repository method uses."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool = False,
+        clock: Callable[[], dt.datetime] = _now,
+    ) -> None:
+        # ``clock`` stamps created_at/updated_at/revoked_at; tests pass a fixed one.
+        self._engine = engine
+        self._owns_engine = owns_engine
+        self._clock = clock
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, clock: Callable[[], dt.datetime] = _now, **engine_kwargs: Any
+    ) -> Self:
+        return cls(make_engine(url, **engine_kwargs), owns_engine=True, clock=clock)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    async def close(self) -> None:
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncConnection]:
+        """One transaction; driver errors leave as :class:`StorageError`, ours pass through."""
+        try:
+            async with self._engine.begin() as conn:
+                yield conn
+        except ProxyError:
+            raise
+        except (SQLAlchemyError, OSError) as exc:
+            raise StorageError(describe_driver_error(exc)) from exc
+
+    @staticmethod
+    def _insert(conn: AsyncConnection, table: Any) -> Any:
+        """The dialect's INSERT, which has ``on_conflict_do_nothing`` / ``_do_update``."""
+        if conn.dialect.name == "postgresql":
+            return postgresql.insert(table)
+        return sqlite.insert(table)
+
+    async def ping(self) -> None:
+        """Raise :class:`StorageError` unless the database answers (for health checks)."""
+        async with self._tx() as conn:
+            await conn.execute(select(1))
+
+
+def _profile_name(name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise ValidationError("profile name must be 1 to 200 characters")
+    return name
+
+
+def _json_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

@@ -1,0 +1,316 @@
+"""SQLAlchemy tables of the proxy (typed declarative; the migrations in ``migrations/`` mirror them).
+
+Tables
+------
+``users``            an account; ``name`` is unique.
+``api_keys``         sha256 (hex) of each API key; only a short ``prefix`` is kept in clear
+                     for display. Keys are shown once, at creation; ``revoked_at`` disables one.
+``feeds``            one row per distinct feed, shared by every user, deduplicated by
+                     ``url_normalised``. ``resource`` is the core engine's dense resource id;
+                     ``ping_token`` authorises ``POST /api/v1/feeds/{id}/ping``; conditional-GET
+                     state (``etag``, ``last_modified``) and health live here too.
+``profiles``         a user's named profile (``name`` unique per user).
+``rules``            a profile's ordered rules: ``spec`` is the rule as submitted and validated,
+                     ``state`` the trigger evaluator's runtime state (kept for restarts).
+``rule_feeds``       which feeds a rule reads; lets ``delete_feed`` refuse while a rule needs it.
+``ceis``             complex execution intervals; ``id`` is the engine's CEI id.
+``eis``              the simple execution intervals of a CEI (``ordinal`` within the CEI).
+``probes``           one row per HTTP probe of a feed.
+``entries``          every entry ever seen of a feed, UNIQUE (feed_id, identity): "is this
+                     entry new?" is one indexed query however long the history.
+``captures``         which EI was captured by which probe, at which chronon.
+``chronon_metrics``  per-chronon budget use and CEI outcomes.
+``service_state``    small JSON values keyed by name (chronon origin, last chronon …).
+
+Time stamps are timezone-aware UTC on both backends (:class:`UTCDateTime`).
+This module holds no queries; :mod:`proxy.store._repository` does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Deterministic constraint names, so migrations can drop/alter them on both backends.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an "INTEGER PRIMARY KEY" (the rowid alias), not a BIGINT one.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+STATES = ("pending", "captured", "missed")
+
+# Ids are handed out to users and kept in the service's memory: SQLite must not
+# reuse the id of a deleted row (it does without AUTOINCREMENT), as PostgreSQL
+# sequences never do.
+NO_REUSE = {"sqlite_autoincrement": True}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """``DateTime(timezone=True)`` that always returns aware UTC datetimes.
+
+    SQLite has no time zones and hands back naive values; we store UTC and
+    re-attach ``UTC`` on the way out. Naive input is refused rather than guessed.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware UTC datetime")
+        value = value.astimezone(dt.UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dt.datetime: UTCDateTime()}
+
+
+def _state_check(column: str) -> CheckConstraint:
+    allowed = ", ".join(f"'{s}'" for s in STATES)
+    return CheckConstraint(f"{column} IN ({allowed})", name=f"{column}_valid")
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    __table_args__ = (NO_REUSE,)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[dt.datetime]
+
+
+class ApiKeyRow(Base):
+    __tablename__ = "api_keys"
+    __table_args__ = (NO_REUSE,)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime]
+    revoked_at: Mapped[dt.datetime | None]
+
+
+class FeedRow(Base):
+    __tablename__ = "feeds"
+    __table_args__ = (NO_REUSE,)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    url_normalised: Mapped[str] = mapped_column(String(2048), unique=True)
+    resource: Mapped[int] = mapped_column(Integer, unique=True)
+    ping_token: Mapped[str] = mapped_column(String(64))
+    etag: Mapped[str | None] = mapped_column(Text)
+    last_modified: Mapped[str | None] = mapped_column(String(64))
+    last_probe_at: Mapped[dt.datetime | None]
+    last_outcome: Mapped[str | None] = mapped_column(String(32))
+    consecutive_errors: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    next_allowed_at: Mapped[dt.datetime | None]
+    disabled: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+
+class ProfileRow(Base):
+    __tablename__ = "profiles"
+    __table_args__ = (
+        UniqueConstraint("user_id", "name", name="uq_profiles_user_id_name"),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class RuleRow(Base):
+    __tablename__ = "rules"
+    __table_args__ = (
+        UniqueConstraint("profile_id", "position", name="uq_rules_profile_id_position"),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    profile_id: Mapped[int] = mapped_column(ForeignKey("profiles.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[Any] = mapped_column(JSON)
+    state: Mapped[Any | None] = mapped_column(JSON)
+
+
+class RuleFeedRow(Base):
+    __tablename__ = "rule_feeds"
+
+    rule_id: Mapped[int] = mapped_column(
+        ForeignKey("rules.id", ondelete="CASCADE"), primary_key=True
+    )
+    # RESTRICT: a feed a rule reads cannot disappear under it (delete_feed says which profiles).
+    feed_id: Mapped[int] = mapped_column(
+        ForeignKey("feeds.id", ondelete="RESTRICT"), primary_key=True, index=True
+    )
+
+
+class CeiRow(Base):
+    __tablename__ = "ceis"
+    __table_args__ = (
+        Index("ix_ceis_profile_id_state", "profile_id", "state"),
+        _state_check("state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    profile_id: Mapped[int] = mapped_column(ForeignKey("profiles.id", ondelete="CASCADE"))
+    rule_id: Mapped[int | None] = mapped_column(
+        ForeignKey("rules.id", ondelete="SET NULL"), index=True
+    )
+    release: Mapped[int] = mapped_column(Integer)
+    sealed: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    resolved_chronon: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime]
+
+
+class EiRow(Base):
+    __tablename__ = "eis"
+    __table_args__ = (
+        UniqueConstraint("cei_id", "ordinal", name="uq_eis_cei_id_ordinal"),
+        _state_check("state"),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cei_id: Mapped[str] = mapped_column(ForeignKey("ceis.id", ondelete="CASCADE"))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    feed_id: Mapped[int] = mapped_column(ForeignKey("feeds.id", ondelete="CASCADE"), index=True)
+    start: Mapped[int] = mapped_column(Integer)
+    finish: Mapped[int] = mapped_column(Integer)
+    reveal: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    captured_chronon: Mapped[int | None] = mapped_column(Integer)
+    captured_probe_id: Mapped[int | None] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), ForeignKey("probes.id", ondelete="SET NULL")
+    )
+
+
+class ProbeRow(Base):
+    __tablename__ = "probes"
+    __table_args__ = (Index("ix_probes_feed_id_started_at", "feed_id", "started_at"), NO_REUSE)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    feed_id: Mapped[int] = mapped_column(ForeignKey("feeds.id", ondelete="CASCADE"))
+    chronon: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime] = mapped_column(index=True)
+    finished_at: Mapped[dt.datetime | None]
+    duration_seconds: Mapped[float | None] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(32))
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    new_entries: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class EntryRow(Base):
+    __tablename__ = "entries"
+    __table_args__ = (
+        UniqueConstraint("feed_id", "identity", name="uq_entries_feed_id_identity"),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    feed_id: Mapped[int] = mapped_column(ForeignKey("feeds.id", ondelete="CASCADE"))
+    identity: Mapped[str] = mapped_column(String(1024))
+    title: Mapped[str | None] = mapped_column(Text)
+    link: Mapped[str | None] = mapped_column(Text)
+    published: Mapped[dt.datetime | None]
+    summary: Mapped[str | None] = mapped_column(Text)
+    first_seen_probe_id: Mapped[int | None] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"),
+        ForeignKey("probes.id", ondelete="SET NULL"),
+        index=True,
+    )
+    first_seen_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+
+class CaptureRow(Base):
+    __tablename__ = "captures"
+    __table_args__ = (NO_REUSE,)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    # One capture per EI: an EI is captured once, by the first probe inside its window.
+    ei_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"),
+        ForeignKey("eis.id", ondelete="CASCADE"),
+        unique=True,
+    )
+    probe_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"),
+        ForeignKey("probes.id", ondelete="CASCADE"),
+        index=True,
+    )
+    chronon: Mapped[int] = mapped_column(Integer)
+
+
+class ChrononMetricsRow(Base):
+    __tablename__ = "chronon_metrics"
+
+    chronon: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    started_at: Mapped[dt.datetime]
+    budget: Mapped[int] = mapped_column(Integer)
+    used: Mapped[int] = mapped_column(Integer)
+    captured_ceis: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    missed_ceis: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    tick_jitter_seconds: Mapped[float | None] = mapped_column(Float)
+
+
+class ServiceStateRow(Base):
+    __tablename__ = "service_state"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)
+    updated_at: Mapped[dt.datetime]
+
+
+metadata = Base.metadata

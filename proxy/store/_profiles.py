@@ -1,0 +1,625 @@
+"""Profiles, rules, CEIs and EIs (user-scoped reads report other users' objects as missing)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import Select, Table, and_, bindparam, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from proxy.errors import (
+    ConflictError,
+    FeedNotFoundError,
+    NotFoundError,
+    ProfileNotFoundError,
+    ValidationError,
+)
+from proxy.store._accounts import AccountsAndFeeds
+from proxy.store._base import (
+    _check_state,
+    _chunks,
+    _ei,
+    _json_key,
+    _profile_name,
+)
+from proxy.store._models import (
+    CaptureRow,
+    CeiRow,
+    EiRow,
+    FeedRow,
+    ProbeRow,
+    ProfileRow,
+    RuleFeedRow,
+    RuleRow,
+    UserRow,
+)
+from proxy.store._types import (
+    Cei,
+    CeiState,
+    CeiStateChange,
+    Ei,
+    NewEi,
+    Profile,
+    Rule,
+    RuleInput,
+)
+
+
+class ProfilesAndCeis(AccountsAndFeeds):
+    """Profiles with their rules, and the CEIs/EIs the rules released."""
+
+    # --- profiles and rules ---------------------------------------------------------
+
+    async def create_profile(self, user_id: int, name: str, rules: Sequence[RuleInput]) -> Profile:
+        """Create a profile with its rules (in order). Raises :class:`ConflictError` for a taken
+        name, :class:`FeedNotFoundError` for a rule reading an unknown feed and
+        :class:`NotFoundError` for an unknown user."""
+        name = _profile_name(name)
+        now = self._clock()
+        async with self._tx() as conn:
+            if (
+                await conn.execute(select(UserRow.id).where(UserRow.id == user_id))
+            ).first() is None:
+                raise NotFoundError("user", user_id)
+            await self._check_feeds(conn, rules)
+            try:
+                profile_id = (
+                    await conn.execute(
+                        insert(ProfileRow)
+                        .values(user_id=user_id, name=name, created_at=now, updated_at=now)
+                        .returning(ProfileRow.id)
+                    )
+                ).scalar_one()
+            except IntegrityError:
+                raise ConflictError(f"you already have a profile named {name!r}") from None
+            await self._insert_rules(conn, profile_id, rules, {})
+            return await self._load_profile(conn, user_id, profile_id)
+
+    async def replace_profile(
+        self, user_id: int, profile_id: int, name: str, rules: Sequence[RuleInput]
+    ) -> Profile:
+        """Replace a profile's name and rules. A new rule with the same name and spec as an
+        old one keeps its runtime state; other rules start afresh. CEIs stay (their
+        ``rule_id`` becomes null if their rule went away)."""
+        name = _profile_name(name)
+        async with self._tx() as conn:
+            await self._owned_profile(conn, user_id, profile_id)
+            await self._check_feeds(conn, rules)
+            old = (
+                await conn.execute(
+                    select(RuleRow.name, RuleRow.spec, RuleRow.state).where(
+                        RuleRow.profile_id == profile_id
+                    )
+                )
+            ).all()
+            kept_state = {(row.name, _json_key(row.spec)): row.state for row in old}
+            await conn.execute(delete(RuleRow).where(RuleRow.profile_id == profile_id))
+            try:
+                await conn.execute(
+                    update(ProfileRow)
+                    .where(ProfileRow.id == profile_id)
+                    .values(name=name, updated_at=self._clock())
+                )
+            except IntegrityError:
+                raise ConflictError(f"you already have a profile named {name!r}") from None
+            await self._insert_rules(conn, profile_id, rules, kept_state)
+            return await self._load_profile(conn, user_id, profile_id)
+
+    async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        """Delete a profile with its rules and CEIs. Raises :class:`ProfileNotFoundError`."""
+        async with self._tx() as conn:
+            result = await conn.execute(
+                delete(ProfileRow).where(ProfileRow.id == profile_id, ProfileRow.user_id == user_id)
+            )
+            if not result.rowcount:
+                raise ProfileNotFoundError(profile_id)
+
+    async def get_profile(self, user_id: int, profile_id: int) -> Profile:
+        """Raises :class:`ProfileNotFoundError` (also for another user's profile)."""
+        async with self._tx() as conn:
+            return await self._load_profile(conn, user_id, profile_id)
+
+    async def list_profiles(self, user_id: int) -> list[Profile]:
+        """A user's profiles, by id."""
+        async with self._tx() as conn:
+            return await self._load_profiles(conn, ProfileRow.user_id == user_id)
+
+    async def all_profiles(self) -> list[Profile]:
+        """Every user's profiles, by id (for the service to rebuild its triggers on start)."""
+        async with self._tx() as conn:
+            return await self._load_profiles(conn, None)
+
+    async def save_rule_state(self, rule_id: int, state: Any) -> None:
+        """Store a rule's runtime state (JSON-able). Raises :class:`NotFoundError`."""
+        async with self._tx() as conn:
+            result = await conn.execute(
+                update(RuleRow).where(RuleRow.id == rule_id).values(state=state)
+            )
+            if not result.rowcount:
+                raise NotFoundError("rule", rule_id)
+
+    async def save_rule_states(self, states: Sequence[tuple[int, Any]]) -> int:
+        """Store many rules' runtime states in ONE transaction (the service's loop writes
+        thousands at once). Rules that no longer exist are skipped (their profile was
+        deleted meanwhile); returns how many were stored."""
+        table = cast(Table, RuleRow.__table__)
+        stmt = (
+            update(table)
+            .where(table.c.id == bindparam("rule_id"))
+            .values(state=bindparam("state", type_=table.c.state.type))
+        )
+        stored = 0
+        async with self._tx() as conn:
+            for chunk in _chunks(list(states)):
+                ids = [rule_id for rule_id, _ in chunk]
+                existing = set(
+                    (await conn.execute(select(RuleRow.id).where(RuleRow.id.in_(ids)))).scalars()
+                )
+                rows = [{"rule_id": r, "state": st} for r, st in chunk if r in existing]
+                if rows:
+                    await conn.execute(stmt, rows)
+                stored += len(rows)
+        return stored
+
+    async def load_rule_states(self) -> dict[int, Any]:
+        """Every rule's stored runtime state (``None`` where none was saved), by rule id."""
+        async with self._tx() as conn:
+            rows = (await conn.execute(select(RuleRow.id, RuleRow.state))).all()
+        return {row.id: row.state for row in rows}
+
+    async def _check_feeds(self, conn: AsyncConnection, rules: Sequence[RuleInput]) -> None:
+        wanted = {feed_id for rule in rules for feed_id in rule.feed_ids}
+        if not wanted:
+            return
+        found = set(
+            (await conn.execute(select(FeedRow.id).where(FeedRow.id.in_(wanted)))).scalars().all()
+        )
+        missing = sorted(wanted - found)
+        if missing:
+            raise FeedNotFoundError(missing[0])
+
+    async def _insert_rules(
+        self,
+        conn: AsyncConnection,
+        profile_id: int,
+        rules: Sequence[RuleInput],
+        kept_state: dict[tuple[str, str], Any],
+    ) -> None:
+        for position, rule in enumerate(rules):
+            if not rule.name.strip() or len(rule.name) > 200:
+                raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
+            rule_id = (
+                await conn.execute(
+                    insert(RuleRow)
+                    .values(
+                        profile_id=profile_id,
+                        name=rule.name,
+                        position=position,
+                        spec=rule.spec,
+                        state=kept_state.get((rule.name, _json_key(rule.spec))),
+                    )
+                    .returning(RuleRow.id)
+                )
+            ).scalar_one()
+            feed_ids = sorted(set(rule.feed_ids))
+            if feed_ids:
+                await conn.execute(
+                    insert(RuleFeedRow), [{"rule_id": rule_id, "feed_id": f} for f in feed_ids]
+                )
+
+    async def _owned_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> None:
+        found = (
+            await conn.execute(
+                select(ProfileRow.id).where(
+                    ProfileRow.id == profile_id, ProfileRow.user_id == user_id
+                )
+            )
+        ).first()
+        if found is None:
+            raise ProfileNotFoundError(profile_id)
+
+    async def _load_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> Profile:
+        profiles = await self._load_profiles(
+            conn, and_(ProfileRow.id == profile_id, ProfileRow.user_id == user_id)
+        )
+        if not profiles:
+            raise ProfileNotFoundError(profile_id)
+        return profiles[0]
+
+    async def _load_profiles(self, conn: AsyncConnection, where: Any) -> list[Profile]:
+        stmt: Select[Any] = select(ProfileRow).order_by(ProfileRow.id)
+        if where is not None:
+            stmt = stmt.where(where)
+        profile_rows = (await conn.execute(stmt)).all()
+        if not profile_rows:
+            return []
+        ids = [row.id for row in profile_rows]
+        rules_by_profile: dict[int, list[Rule]] = defaultdict(list)
+        for chunk in _chunks(ids):
+            rule_rows = (
+                await conn.execute(
+                    select(RuleRow).where(RuleRow.profile_id.in_(chunk)).order_by(RuleRow.position)
+                )
+            ).all()
+            feeds_by_rule: dict[int, list[int]] = defaultdict(list)
+            rule_ids = [row.id for row in rule_rows]
+            for rule_chunk in _chunks(rule_ids):
+                for link in (
+                    await conn.execute(
+                        select(RuleFeedRow.rule_id, RuleFeedRow.feed_id)
+                        .where(RuleFeedRow.rule_id.in_(rule_chunk))
+                        .order_by(RuleFeedRow.feed_id)
+                    )
+                ).all():
+                    feeds_by_rule[link.rule_id].append(link.feed_id)
+            for row in rule_rows:
+                rules_by_profile[row.profile_id].append(
+                    Rule(
+                        id=row.id,
+                        profile_id=row.profile_id,
+                        name=row.name,
+                        position=row.position,
+                        spec=row.spec,
+                        state=row.state,
+                        feed_ids=tuple(feeds_by_rule[row.id]),
+                    )
+                )
+        return [
+            Profile(
+                id=row.id,
+                user_id=row.user_id,
+                name=row.name,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+                rules=tuple(rules_by_profile[row.id]),
+            )
+            for row in profile_rows
+        ]
+
+    # --- CEIs and EIs ---------------------------------------------------------------
+
+    async def add_cei(
+        self,
+        cei_id: str,
+        profile_id: int,
+        release: int,
+        eis: Sequence[NewEi] = (),
+        *,
+        rule_id: int | None = None,
+        sealed: bool = True,
+    ) -> Cei:
+        """Store a new pending CEI with its EIs. ``sealed=False`` marks a CEI that may still
+        grow (:meth:`add_ei`, then :meth:`seal_cei`). Raises :class:`ConflictError` for a
+        duplicate id, :class:`ProfileNotFoundError` / :class:`FeedNotFoundError`, and
+        :class:`NotFoundError` for a ``rule_id`` that is not one of the profile's rules."""
+        async with self._tx() as conn:
+            if (
+                await conn.execute(select(ProfileRow.id).where(ProfileRow.id == profile_id))
+            ).first() is None:
+                raise ProfileNotFoundError(profile_id)
+            if (
+                rule_id is not None
+                and (
+                    await conn.execute(
+                        select(RuleRow.id).where(
+                            RuleRow.id == rule_id, RuleRow.profile_id == profile_id
+                        )
+                    )
+                ).first()
+                is None
+            ):
+                raise NotFoundError("rule", rule_id)
+            try:
+                await conn.execute(
+                    insert(CeiRow).values(
+                        id=cei_id,
+                        profile_id=profile_id,
+                        rule_id=rule_id,
+                        release=release,
+                        sealed=sealed,
+                        state="pending",
+                        created_at=self._clock(),
+                    )
+                )
+            except IntegrityError:
+                raise ConflictError(f"CEI {cei_id!r} already exists") from None
+            await self._insert_eis(conn, cei_id, eis)
+            return (await self._load_ceis(conn, CeiRow.id == cei_id))[0]
+
+    async def add_ceis(
+        self, ceis: Sequence[tuple[str, int, int | None, int, bool, Sequence[NewEi]]]
+    ) -> dict[str, dict[int, int]]:
+        """Store many new pending CEIs ``(id, profile_id, rule_id, release, sealed, eis)`` in ONE
+        transaction (the service opens thousands per chronon). CEIs whose profile no longer
+        exists are skipped; returns the stored EI ids by CEI id and ordinal. Raises
+        :class:`ConflictError` for a duplicate CEI id (nothing is stored then)."""
+        if not ceis:
+            return {}
+        now = self._clock()
+        out: dict[str, dict[int, int]] = {}
+        async with self._tx() as conn:
+            profiles = {c[1] for c in ceis}
+            alive = set(
+                (
+                    await conn.execute(select(ProfileRow.id).where(ProfileRow.id.in_(profiles)))
+                ).scalars()
+            )
+            kept = [c for c in ceis if c[1] in alive]
+            if not kept:
+                return {}
+            rules = {c[2] for c in kept if c[2] is not None}
+            live_rules = set(
+                (await conn.execute(select(RuleRow.id).where(RuleRow.id.in_(rules)))).scalars()
+            ) if rules else set()
+            try:
+                await conn.execute(insert(CeiRow), [
+                    {"id": cid, "profile_id": pid, "rule_id": rid if rid in live_rules else None,
+                     "release": release, "sealed": sealed, "state": "pending", "created_at": now}
+                    for cid, pid, rid, release, sealed, _ in kept
+                ])
+            except IntegrityError:
+                raise ConflictError("one of these CEI ids already exists") from None
+            rows = [
+                {"cei_id": cid, "ordinal": ei.ordinal, "feed_id": ei.feed_id, "start": ei.start,
+                 "finish": ei.finish, "reveal": ei.reveal, "state": "pending"}
+                for cid, _, _, _, _, eis in kept for ei in eis
+            ]
+            if rows:
+                await conn.execute(insert(EiRow), rows)
+                for chunk in _chunks([c[0] for c in kept]):
+                    for row in await conn.execute(
+                        select(EiRow.id, EiRow.cei_id, EiRow.ordinal).where(EiRow.cei_id.in_(chunk))
+                    ):
+                        out.setdefault(row.cei_id, {})[row.ordinal] = row.id
+        return out
+
+    async def add_eis(
+        self, eis: Sequence[tuple[str, NewEi]], seal: Sequence[str] = ()
+    ) -> dict[str, dict[int, int]]:
+        """Add EIs to existing CEIs and seal CEIs, in ONE transaction; EIs of CEIs that no
+        longer exist are skipped. Returns the stored EI ids by CEI id and ordinal. Raises
+        :class:`ConflictError` if an ordinal is taken (nothing is stored then)."""
+        out: dict[str, dict[int, int]] = {}
+        cei_ids = list({cid for cid, _ in eis} | set(seal))
+        if not cei_ids:
+            return out
+        async with self._tx() as conn:
+            alive: set[str] = set()
+            for chunk in _chunks(cei_ids):
+                alive.update((await conn.execute(select(CeiRow.id).where(CeiRow.id.in_(chunk)))).scalars())
+            rows = [
+                {"cei_id": cid, "ordinal": ei.ordinal, "feed_id": ei.feed_id, "start": ei.start,
+                 "finish": ei.finish, "reveal": ei.reveal, "state": "pending"}
+                for cid, ei in eis if cid in alive
+            ]
+            if rows:
+                try:
+                    await conn.execute(insert(EiRow), rows)
+                except IntegrityError:
+                    raise ConflictError("an EI ordinal is already taken") from None
+            sealed = [cid for cid in seal if cid in alive]
+            for chunk in _chunks(sealed):
+                await conn.execute(update(CeiRow).where(CeiRow.id.in_(chunk)).values(sealed=True))
+            touched = sorted({cid for cid, _ in eis if cid in alive})
+            for chunk in _chunks(touched):
+                for row in await conn.execute(
+                    select(EiRow.id, EiRow.cei_id, EiRow.ordinal).where(EiRow.cei_id.in_(chunk))
+                ):
+                    out.setdefault(row.cei_id, {})[row.ordinal] = row.id
+        return out
+
+    async def add_ei(self, cei_id: str, ei: NewEi) -> Ei:
+        """Add one EI to an existing CEI. Raises :class:`NotFoundError` / :class:`ConflictError`
+        (ordinal taken)."""
+        async with self._tx() as conn:
+            if (await conn.execute(select(CeiRow.id).where(CeiRow.id == cei_id))).first() is None:
+                raise NotFoundError("CEI", cei_id)
+            await self._insert_eis(conn, cei_id, [ei])
+            row = (
+                await conn.execute(
+                    select(EiRow).where(EiRow.cei_id == cei_id, EiRow.ordinal == ei.ordinal)
+                )
+            ).one()
+        return _ei(row)
+
+    async def seal_cei(self, cei_id: str) -> None:
+        """Mark a CEI complete: no more EIs will be added."""
+        async with self._tx() as conn:
+            result = await conn.execute(
+                update(CeiRow).where(CeiRow.id == cei_id).values(sealed=True)
+            )
+            if not result.rowcount:
+                raise NotFoundError("CEI", cei_id)
+
+    async def _insert_eis(self, conn: AsyncConnection, cei_id: str, eis: Sequence[NewEi]) -> None:
+        if not eis:
+            return
+        await self._check_feeds(conn, [RuleInput("eis", None, tuple(ei.feed_id for ei in eis))])
+        for ei in eis:
+            if ei.finish < ei.start:
+                raise ValidationError(f"EI {ei.ordinal} of CEI {cei_id!r}: finish < start")
+        try:
+            await conn.execute(
+                insert(EiRow),
+                [
+                    {
+                        "cei_id": cei_id,
+                        "ordinal": ei.ordinal,
+                        "feed_id": ei.feed_id,
+                        "start": ei.start,
+                        "finish": ei.finish,
+                        "reveal": ei.reveal,
+                        "state": "pending",
+                    }
+                    for ei in eis
+                ],
+            )
+        except IntegrityError:
+            raise ConflictError(
+                f"CEI {cei_id!r} already has an EI with one of these ordinals"
+            ) from None
+
+    async def set_cei_state(
+        self, cei_id: str, state: CeiState, resolved_chronon: int | None = None
+    ) -> None:
+        """Resolve (or reopen) a CEI. A missed CEI's pending EIs become missed too."""
+        async with self._tx() as conn:
+            await self._set_cei_state(conn, CeiStateChange(cei_id, state, resolved_chronon))
+
+    async def _set_cei_state(
+        self, conn: AsyncConnection, change: CeiStateChange, *, missing_ok: bool = False
+    ) -> bool:
+        state = _check_state(change.state)
+        result = await conn.execute(
+            update(CeiRow)
+            .where(CeiRow.id == change.cei_id)
+            .values(state=state, resolved_chronon=change.resolved_chronon)
+        )
+        if not result.rowcount:
+            if missing_ok:
+                return False
+            raise NotFoundError("CEI", change.cei_id)
+        if state == "missed":
+            await conn.execute(
+                update(EiRow)
+                .where(EiRow.cei_id == change.cei_id, EiRow.state == "pending")
+                .values(state="missed")
+            )
+        return True
+
+    async def set_ei_captured(self, ei_id: int, chronon: int, probe_id: int | None = None) -> bool:
+        """Mark an EI captured (and record the capture when ``probe_id`` is given).
+
+        Returns ``False`` if it was not pending (already captured or missed): an
+        EI is captured once. Raises :class:`NotFoundError` for an unknown EI or
+        probe, :class:`ValidationError` if the probe was of another feed.
+        """
+        async with self._tx() as conn:
+            feed_id = None
+            if probe_id is not None:
+                feed_id = (
+                    await conn.execute(select(ProbeRow.feed_id).where(ProbeRow.id == probe_id))
+                ).scalar_one_or_none()
+                if feed_id is None:
+                    raise NotFoundError("probe", probe_id)
+            captured = await self._capture(conn, ei_id, chronon, probe_id, feed_id)
+            if captured is None:
+                raise NotFoundError("EI", ei_id)
+            return captured
+
+    async def _capture(
+        self,
+        conn: AsyncConnection,
+        ei_id: int,
+        chronon: int,
+        probe_id: int | None,
+        feed_id: int | None,
+    ) -> bool | None:
+        """Capture a pending EI: ``True``; not pending: ``False``; no such EI: ``None``."""
+        result = await conn.execute(
+            update(EiRow)
+            .where(EiRow.id == ei_id, EiRow.state == "pending")
+            .values(state="captured", captured_chronon=chronon, captured_probe_id=probe_id)
+            .returning(EiRow.feed_id)
+        )
+        captured_feed = result.scalar_one_or_none()
+        if captured_feed is None:
+            exists = (await conn.execute(select(EiRow.id).where(EiRow.id == ei_id))).first()
+            return None if exists is None else False
+        if feed_id is not None and captured_feed != feed_id:
+            # A probe of one feed cannot capture an EI on another: the caller mixed them up.
+            # Raising rolls the whole transaction back, so the EI stays pending.
+            raise ValidationError(
+                f"EI {ei_id} is on feed {captured_feed}; a probe of feed {feed_id} cannot capture it"
+            )
+        if probe_id is not None:
+            await conn.execute(
+                insert(CaptureRow).values(ei_id=ei_id, probe_id=probe_id, chronon=chronon)
+            )
+        return True
+
+    async def get_cei(self, user_id: int, cei_id: str) -> Cei:
+        """One CEI of the user's profiles. Raises :class:`NotFoundError`."""
+        async with self._tx() as conn:
+            ceis = await self._load_ceis(
+                conn,
+                and_(
+                    CeiRow.id == cei_id,
+                    CeiRow.profile_id.in_(
+                        select(ProfileRow.id).where(ProfileRow.user_id == user_id)
+                    ),
+                ),
+            )
+        if not ceis:
+            raise NotFoundError("CEI", cei_id)
+        return ceis[0]
+
+    async def list_ceis(
+        self,
+        user_id: int,
+        profile_id: int,
+        state: CeiState | None = None,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Cei]:
+        """A profile's CEIs with their EIs, newest release first. Raises :class:`ProfileNotFoundError`."""
+        if limit < 1 or offset < 0:
+            raise ValidationError("limit must be ≥ 1 and offset ≥ 0")
+        where = CeiRow.profile_id == profile_id
+        if state is not None:
+            where = and_(where, CeiRow.state == _check_state(state))
+        async with self._tx() as conn:
+            await self._owned_profile(conn, user_id, profile_id)
+            return await self._load_ceis(conn, where, limit=limit, offset=offset, newest_first=True)
+
+    async def pending_ceis_with_eis(self) -> list[Cei]:
+        """Every pending CEI with its EIs, by release then id (to restore the engine on start)."""
+        async with self._tx() as conn:
+            return await self._load_ceis(conn, CeiRow.state == "pending")
+
+    async def _load_ceis(
+        self,
+        conn: AsyncConnection,
+        where: Any,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[Cei]:
+        order = (
+            (CeiRow.release.desc(), CeiRow.id.desc())
+            if newest_first
+            else (CeiRow.release, CeiRow.id)
+        )
+        stmt = select(CeiRow).where(where).order_by(*order).offset(offset)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        cei_rows = (await conn.execute(stmt)).all()
+        eis_by_cei: dict[str, list[Ei]] = defaultdict(list)
+        for chunk in _chunks([row.id for row in cei_rows]):
+            for row in (
+                await conn.execute(
+                    select(EiRow)
+                    .where(EiRow.cei_id.in_(chunk))
+                    .order_by(EiRow.cei_id, EiRow.ordinal)
+                )
+            ).all():
+                eis_by_cei[row.cei_id].append(_ei(row))
+        return [
+            Cei(
+                id=row.id,
+                profile_id=row.profile_id,
+                rule_id=row.rule_id,
+                release=row.release,
+                sealed=bool(row.sealed),
+                state=row.state,
+                resolved_chronon=row.resolved_chronon,
+                created_at=row.created_at,
+                eis=tuple(eis_by_cei[row.id]),
+            )
+            for row in cei_rows
+        ]

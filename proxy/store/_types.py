@@ -1,0 +1,296 @@
+"""Values that cross the store's boundary: frozen records out, small input types in.
+
+Records are snapshots: changing the database does not change them, and they
+carry no session or lazy loading. Datetimes are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+CeiState = Literal["pending", "captured", "missed"]
+CEI_STATES: tuple[CeiState, ...] = ("pending", "captured", "missed")
+
+# --- records read from the store -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """An account."""
+
+    id: int
+    name: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """A feed shared by every user who registered its URL, with its probe health."""
+
+    id: int
+    url: str
+    url_normalised: str
+    resource: int
+    ping_token: str
+    etag: str | None
+    last_modified: str | None
+    last_probe_at: dt.datetime | None
+    last_outcome: str | None
+    consecutive_errors: int
+    next_allowed_at: dt.datetime | None
+    disabled: bool
+    disabled_reason: str | None
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FeedHealth:
+    """A feed with counts for a health listing."""
+
+    feed: Feed
+    probes: int
+    entries: int
+    profiles: int  # distinct profiles whose rules read the feed
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One rule of a profile; ``spec`` as submitted, ``state`` the evaluator's runtime state."""
+
+    id: int
+    profile_id: int
+    name: str
+    position: int
+    spec: Any
+    state: Any
+    feed_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A user's profile and its rules in order."""
+
+    id: int
+    user_id: int
+    name: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    rules: tuple[Rule, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ei:
+    """A stored simple execution interval."""
+
+    id: int
+    cei_id: str
+    ordinal: int
+    feed_id: int
+    start: int
+    finish: int
+    reveal: int | None
+    state: CeiState
+    captured_chronon: int | None
+    captured_probe_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Cei:
+    """A stored complex execution interval with its EIs (by ordinal)."""
+
+    id: str
+    profile_id: int
+    rule_id: int | None
+    release: int
+    sealed: bool
+    state: CeiState
+    resolved_chronon: int | None
+    created_at: dt.datetime
+    eis: tuple[Ei, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A feed entry as first seen."""
+
+    id: int
+    feed_id: int
+    identity: str
+    title: str | None
+    link: str | None
+    published: dt.datetime | None
+    summary: str | None
+    first_seen_probe_id: int | None
+    first_seen_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedEntry:
+    """An entry first seen by a probe that captured an EI of a profile's CEI."""
+
+    entry: Entry
+    cei_id: str
+    ei_id: int
+    chronon: int
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A stored probe."""
+
+    id: int
+    feed_id: int
+    chronon: int | None
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    duration_seconds: float | None
+    outcome: str
+    http_status: int | None
+    error: str | None
+    new_entries: int
+    bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileCompleteness:
+    """Resolved CEIs of one profile: completeness = captured / (captured + missed)."""
+
+    profile_id: int
+    name: str
+    captured: int
+    missed: int
+    pending: int
+
+    @property
+    def completeness(self) -> float | None:
+        resolved = self.captured + self.missed
+        return self.captured / resolved if resolved else None
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSummary:
+    """A user's completeness (overall and per profile) and the proxy's recent budget use."""
+
+    captured: int
+    missed: int
+    pending: int
+    profiles: tuple[ProfileCompleteness, ...]
+    chronons: int  # how many recent chronons the budget figures cover
+    budget_used: int
+    budget_total: int
+
+    @property
+    def completeness(self) -> float | None:
+        resolved = self.captured + self.missed
+        return self.captured / resolved if resolved else None
+
+    @property
+    def budget_use(self) -> float | None:
+        return self.budget_used / self.budget_total if self.budget_total else None
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """How many rows a retention purge deleted."""
+
+    probes: int
+    entries: int
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RuleInput:
+    """A rule to store: its name, its validated ``spec`` (JSON-able) and the feeds it reads."""
+
+    name: str
+    spec: Any
+    feed_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NewEi:
+    """An EI to add to a CEI; ``ordinal`` numbers the EIs of one CEI."""
+
+    ordinal: int
+    feed_id: int
+    start: int
+    finish: int
+    reveal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """An entry as parsed from a feed; ``identity`` is the feed layer's stable entry id."""
+
+    identity: str
+    title: str | None = None
+    link: str | None = None
+    published: dt.datetime | None = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeInput:
+    """One finished probe of a feed."""
+
+    feed_id: int
+    started_at: dt.datetime
+    outcome: str
+    finished_at: dt.datetime | None = None
+    chronon: int | None = None
+    http_status: int | None = None
+    error: str | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureInput:
+    """This probe captured EI ``ei_id`` at ``chronon``."""
+
+    ei_id: int
+    chronon: int
+
+
+@dataclass(frozen=True, slots=True)
+class CeiStateChange:
+    """CEI ``cei_id`` resolved to ``state`` at ``resolved_chronon``."""
+
+    cei_id: str
+    state: CeiState
+    resolved_chronon: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedUpdate:
+    """What one probe taught us about its feed.
+
+    ``error`` counts the probe towards ``consecutive_errors`` (a success resets
+    it). ``etag``/``last_modified`` replace the stored validators only when
+    ``update_validators`` is true (a 200 response); a 304 or an error keeps
+    them. ``new_url`` follows a permanent redirect (RFC 9110 §15.4.2 301,
+    §15.4.9 308); ``disabled_reason`` disables the feed (e.g. 410 Gone,
+    RFC 9110 §15.5.11).
+    """
+
+    probed_at: dt.datetime
+    outcome: str
+    error: bool = False
+    update_validators: bool = False
+    etag: str | None = None
+    last_modified: str | None = None
+    next_allowed_at: dt.datetime | None = None
+    new_url: str | None = None
+    disabled_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRecord:
+    """What :meth:`Store.record_probe` stored: the probe's id and the identities that were new."""
+
+    probe_id: int
+    new_identities: tuple[str, ...] = field(default=())
+    captured_ei_ids: tuple[int, ...] = field(default=())

@@ -1,0 +1,161 @@
+"""Settings: defaults, environment overrides, and errors that name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.errors import ProxyError
+from proxy.settings import (
+    SPEC_POLICY_NAMES,
+    Settings,
+    SettingsError,
+    known_policy_names,
+    load_settings,
+    settings_table_markdown,
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No PROXY_* from the developer's shell, and no .env from the checkout."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("PROXY_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults() -> None:
+    s = load_settings()
+    assert s.database_url == "sqlite+aiosqlite:///./data/proxy.sqlite3"
+    assert (s.chronon_seconds, s.budget, s.policy) == (60.0, 10, "adm-edf")
+    assert s.allow_private_networks is False
+    assert (s.host, s.port) == ("127.0.0.1", 8000)
+    assert s.migrate_on_start is True
+    assert s.log_format == "console" and s.log_level == "INFO"
+    assert s.is_sqlite
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_DATABASE_URL", "postgresql+asyncpg://u:p@db:5432/proxy")
+    monkeypatch.setenv("PROXY_CHRONON_SECONDS", "0.05")
+    monkeypatch.setenv("PROXY_BUDGET", "3")
+    monkeypatch.setenv("PROXY_POLICY", "s-edf-np")
+    monkeypatch.setenv("PROXY_ALLOW_PRIVATE_NETWORKS", "true")
+    monkeypatch.setenv("PROXY_LOG_LEVEL", "debug")
+    monkeypatch.setenv("PROXY_LOG_FORMAT", "json")
+    monkeypatch.setenv("PROXY_MIGRATE_ON_START", "false")
+    s = load_settings()
+    assert s.database_url == "postgresql+asyncpg://u:p@db:5432/proxy"
+    assert (s.chronon_seconds, s.budget, s.policy) == (0.05, 3, "s-edf-np")
+    assert s.allow_private_networks is True
+    assert (s.log_level, s.log_format, s.migrate_on_start) == ("DEBUG", "json", False)
+    assert not s.is_sqlite
+
+
+def test_overrides_beat_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_BUDGET", "3")
+    assert load_settings(budget=7).budget == 7
+
+
+def test_dotenv_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("PROXY_BUDGET=4\nUNRELATED=1\n", encoding="utf-8")
+    assert load_settings().budget == 4
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///./x.db", "sqlite+aiosqlite:///./x.db"),
+        ("postgresql://u@h/db", "postgresql+asyncpg://u@h/db"),
+        ("postgres://u:p%40ss@h/db", "postgresql+asyncpg://u:p%40ss@h/db"),
+    ],
+)
+def test_plain_dialects_map_to_async_drivers(url: str, expected: str) -> None:
+    assert load_settings(database_url=url).database_url == expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("PROXY_BUDGET", "0", "greater than or equal to 1"),
+        ("PROXY_BUDGET", "many", "valid integer"),
+        ("PROXY_CHRONON_SECONDS", "0", "greater than 0"),
+        ("PROXY_CHRONON_SECONDS", "-1", "greater than 0"),
+        ("PROXY_POLICY", "fastest", "unknown policy 'fastest'"),
+        ("PROXY_PORT", "70000", "less than or equal to 65535"),
+        ("PROXY_DATABASE_URL", "mysql://u@h/db", "unsupported database"),
+        ("PROXY_DATABASE_URL", "nonsense", "not a database URL"),
+        ("PROXY_DATABASE_URL", "sqlite+aiosqlite://", "SQLite needs a file path"),
+        ("PROXY_LOG_FORMAT", "xml", "'json' or 'console'"),
+        ("PROXY_LOG_LEVEL", "LOUD", "unknown log level"),
+        ("PROXY_ALLOW_PRIVATE_NETWORKS", "maybe", "valid boolean"),
+        ("PROXY_PER_HOST_CONCURRENCY", "0", "greater than or equal to 1"),
+        ("PROXY_MAX_BODY_BYTES", "10", "greater than or equal to 1024"),
+        ("PROXY_RETENTION_DAYS", "-1", "greater than or equal to 0"),
+    ],
+)
+def test_invalid_values_name_the_variable_and_reason(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, reason: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert f"{variable}:" in message
+    assert reason in message
+    assert isinstance(info.value, ProxyError)
+
+
+def test_every_invalid_variable_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_BUDGET", "0")
+    monkeypatch.setenv("PROXY_PORT", "0")
+    with pytest.raises(SettingsError, match=r"PROXY_BUDGET: .*PROXY_PORT: "):
+        load_settings()
+
+
+def test_unknown_override_is_refused() -> None:
+    with pytest.raises(SettingsError, match="budgett"):
+        load_settings(budgett=3)
+
+
+def test_policy_names_come_from_the_registry_or_the_spec() -> None:
+    names = known_policy_names()
+    assert "mrsf-p" in names
+    assert len(set(names)) == len(names)
+    from proxy.core.policies import policy_names
+
+    assert names == tuple(policy_names())
+    assert set(SPEC_POLICY_NAMES) <= set(names), "the fallback list must not accept unknown names"
+    for name in names:
+        assert load_settings(policy=name).policy == name
+
+
+def test_settings_table_lists_every_variable_with_a_description() -> None:
+    table = settings_table_markdown()
+    lines = table.strip().splitlines()
+    assert lines[0] == "| Variable | Default | Description |"
+    assert len(lines) == 2 + len(Settings.model_fields)
+    for required in (
+        "PROXY_DATABASE_URL",
+        "PROXY_CHRONON_SECONDS",
+        "PROXY_BUDGET",
+        "PROXY_POLICY",
+        "PROXY_ALLOW_PRIVATE_NETWORKS",
+        "PROXY_MIGRATE_ON_START",
+    ):
+        assert f"| `{required}` |" in table
+    for name, field in Settings.model_fields.items():
+        assert field.description, f"{name} has no description"
+    assert "| `PROXY_BUDGET` | `10` |" in table
+    assert "| `PROXY_ALLOW_PRIVATE_NETWORKS` | `false` |" in table
+
+
+def test_configuration_doc_is_up_to_date() -> None:
+    doc = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert settings_table_markdown() in doc.read_text(encoding="utf-8"), (
+        "docs/configuration.md is stale: regenerate the table with `.venv/bin/python -m proxy.settings`"
+    )

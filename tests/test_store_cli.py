@@ -1,0 +1,83 @@
+"""``proxy db upgrade`` and ``proxy users create`` through the real Typer app."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from proxy.cli import app
+from proxy.store import Store, current_revision
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("PROXY_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()
+
+
+async def _authenticate(url: str, key: str) -> int | None:
+    async with Store.from_url(url) as store:
+        return await store.authenticate(key)
+
+
+def test_users_create_prints_the_key_alone_on_the_last_line(
+    runner: CliRunner, database_url: str
+) -> None:
+    result = runner.invoke(app, ["users", "create", "alice", "--database-url", database_url])
+    assert result.exit_code == 0, result.output
+    key = result.stdout.strip().splitlines()[-1]
+    assert key == key.strip() and " " not in key and len(key) >= 40
+    assert asyncio.run(_authenticate(database_url, key)) is not None
+
+
+def test_users_create_twice_fails_clearly(runner: CliRunner, database_url: str) -> None:
+    assert (
+        runner.invoke(app, ["users", "create", "bob", "--database-url", database_url]).exit_code
+        == 0
+    )
+    again = runner.invoke(app, ["users", "create", "bob", "--database-url", database_url])
+    assert again.exit_code == 1
+    assert "already exists" in again.stderr
+    assert again.stdout == ""
+
+
+def test_users_create_reads_the_environment_and_migrates_a_fresh_database(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'new' / 'proxy.sqlite3'}"
+    monkeypatch.setenv("PROXY_DATABASE_URL", url)
+    result = runner.invoke(app, ["users", "create", "carol"])
+    assert result.exit_code == 0, result.output
+    assert asyncio.run(_authenticate(url, result.stdout.splitlines()[-1])) is not None
+
+
+def test_default_database_lives_under_data(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "data" / "proxy.sqlite3").is_file()
+    assert "revision 0001" in result.stdout
+
+
+def test_db_upgrade_with_url_option(runner: CliRunner, sqlite_url: str) -> None:
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", sqlite_url])
+    assert result.exit_code == 0, result.output
+    assert asyncio.run(current_revision(sqlite_url)) == "0001"
+    current = runner.invoke(app, ["db", "current", "--database-url", sqlite_url])
+    assert current.stdout.strip() == "0001"
+
+
+def test_invalid_settings_stop_the_command(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROXY_BUDGET", "0")
+    result = runner.invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 1
+    assert "PROXY_BUDGET" in result.stderr
