@@ -1,0 +1,124 @@
+"""The FastAPI application: ``make_app(settings)`` wires the service, the routers and ONE error handler.
+
+The lifespan starts the :class:`~proxy.service.ProxyService` (migrations, restore,
+chronon loop) and stops it. Domain errors map to status codes in one place
+(style.md §4): NotFound → 404, Conflict → 409, Validation → 422 (``detail`` in
+FastAPI's shape: ``loc`` names the field, ``msg`` the reason), Auth → 401 with
+``WWW-Authenticate: Bearer``, Storage → 503. Route handlers hold no SQL and
+raise no ``HTTPException``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from proxy import __version__
+from proxy.api.deps import Service
+from proxy.api.routes_feeds import router as feeds_router
+from proxy.api.routes_profiles import router as profiles_router
+from proxy.api.schemas import ReadyOut
+from proxy.errors import (
+    AuthError,
+    ConflictError,
+    NotFoundError,
+    ProxyError,
+    StorageError,
+    ValidationError,
+)
+from proxy.feeds import FeedUrlRefusedError
+from proxy.service import ProxyService
+from proxy.settings import Settings
+
+
+def _status_of(exc: ProxyError) -> int:
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, ValidationError):
+        return 422
+    if isinstance(exc, AuthError):
+        return 401
+    if isinstance(exc, StorageError):
+        return 503
+    return 500
+
+
+async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProxyError)
+    code = _status_of(exc)
+    detail: Any = str(exc)
+    headers = None
+    if code == 422:
+        loc = getattr(exc, "loc", None)
+        if loc is None and isinstance(exc, FeedUrlRefusedError):
+            loc = "url"
+        # FastAPI's own shape, so clients read one format: loc names the field.
+        parts: list[str | int] = ["body", *(int(p) if p.isdigit() else p for p in loc.split("."))] if loc else []
+        detail = [{"loc": parts, "msg": str(exc), "type": "value_error"}]
+    elif code == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    elif code == 503:
+        service = request.app.state.service
+        service.metrics.db_errors.inc()
+    return JSONResponse({"detail": detail}, status_code=code, headers=headers)
+
+
+def make_app(
+    settings: Settings,
+    *,
+    service: ProxyService | None = None,
+    manage_service: bool = True,
+) -> FastAPI:
+    """The API app. ``service`` is built from ``settings`` unless given; ``manage_service``:
+    the lifespan starts and stops it (pass ``False`` when the caller already runs it)."""
+    the_service = service if service is not None else ProxyService(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_service:
+            await the_service.start()
+        try:
+            yield
+        finally:
+            if manage_service:
+                await the_service.stop()
+
+    app = FastAPI(
+        title="Monitoring proxy",
+        version=__version__,
+        description="Pulls RSS/Atom feeds under a probe budget for users' complex notification rules.",
+        lifespan=lifespan,
+    )
+    app.state.service = the_service
+    app.add_exception_handler(ProxyError, _proxy_error)
+    app.include_router(feeds_router)
+    app.include_router(profiles_router)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Alive: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], response_model=ReadyOut)
+    async def readyz(service: Service) -> JSONResponse:
+        """Ready: the database answers and the chronon loop ticked recently (503 otherwise)."""
+        st = await service.status()
+        body = ReadyOut(ready=st.ready, database=st.database, ticking=st.ticking, chronon=st.chronon,
+                        inflight=st.inflight, backlog=st.backlog, detail=st.detail)
+        return JSONResponse(body.model_dump(), status_code=200 if st.ready else 503)
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    async def metrics(service: Service) -> PlainTextResponse:
+        """Prometheus text exposition of this service's registry."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return PlainTextResponse(generate_latest(service.metrics.registry),
+                                 media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,193 @@
+"""Response bodies of the REST API (request bodies: ``FeedIn`` here, ``proxy.rules.ProfileSpec``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from proxy.store import CapturedEntry, Cei, Ei, Feed, FeedHealth, MetricsSummary, Profile
+
+
+class FeedIn(BaseModel):
+    """Register a feed by URL (http or https)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=1, max_length=2048, examples=["https://example.org/feed.xml"])
+
+
+class FeedOut(BaseModel):
+    """A feed with its health; ``ping_token`` authenticates update notifications for it."""
+
+    id: int
+    url: str
+    ping_token: str
+    last_probe_at: dt.datetime | None
+    last_outcome: str | None
+    consecutive_errors: int
+    next_allowed_at: dt.datetime | None
+    disabled: bool
+    disabled_reason: str | None
+    created_at: dt.datetime
+    probes: int | None = None
+    entries: int | None = None
+    profiles: int | None = None
+
+    @classmethod
+    def of(cls, feed: Feed, health: FeedHealth | None = None) -> FeedOut:
+        return cls(
+            id=feed.id,
+            url=feed.url,
+            ping_token=feed.ping_token,
+            last_probe_at=feed.last_probe_at,
+            last_outcome=feed.last_outcome,
+            consecutive_errors=feed.consecutive_errors,
+            next_allowed_at=feed.next_allowed_at,
+            disabled=feed.disabled,
+            disabled_reason=feed.disabled_reason,
+            created_at=feed.created_at,
+            probes=None if health is None else health.probes,
+            entries=None if health is None else health.entries,
+            profiles=None if health is None else health.profiles,
+        )
+
+
+class PingOut(BaseModel):
+    """The notification was accepted; ``operations`` CEI changes followed from it."""
+
+    accepted: bool = True
+    operations: int
+
+
+class RuleOut(BaseModel):
+    id: int
+    name: str
+    position: int
+    spec: Any
+
+
+class ProfileOut(BaseModel):
+    id: int
+    name: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    rules: list[RuleOut]
+
+    @classmethod
+    def of(cls, p: Profile) -> ProfileOut:
+        return cls(
+            id=p.id, name=p.name, created_at=p.created_at, updated_at=p.updated_at,
+            rules=[RuleOut(id=r.id, name=r.name, position=r.position, spec=r.spec) for r in p.rules],
+        )
+
+
+class EiOut(BaseModel):
+    """An EI: probe ``feed`` at some chronon in ``[start, finish]`` (chronons and wall times)."""
+
+    ordinal: int
+    feed: int
+    state: Literal["pending", "captured", "missed"]
+    start: int
+    finish: int
+    window_start: dt.datetime
+    window_end: dt.datetime
+    captured_chronon: int | None
+    captured_at: dt.datetime | None
+
+
+class CeiOut(BaseModel):
+    id: str
+    state: Literal["pending", "captured", "missed"]
+    release: int
+    sealed: bool
+    resolved_chronon: int | None
+    created_at: dt.datetime
+    rule_id: int | None
+    eis: list[EiOut]
+
+
+class CapturedEntryOut(BaseModel):
+    id: int
+    feed: int
+    title: str | None
+    link: str | None
+    published: dt.datetime | None
+    summary: str | None
+    first_seen_at: dt.datetime
+    cei_id: str
+    chronon: int
+
+    @classmethod
+    def of(cls, c: CapturedEntry) -> CapturedEntryOut:
+        e = c.entry
+        return cls(
+            id=e.id, feed=e.feed_id, title=e.title, link=e.link, published=e.published,
+            summary=e.summary, first_seen_at=e.first_seen_at, cei_id=c.cei_id, chronon=c.chronon,
+        )
+
+
+class ProfileCompletenessOut(BaseModel):
+    profile_id: int
+    name: str
+    captured: int
+    missed: int
+    pending: int
+    completeness: float | None
+
+
+class MetricsSummaryOut(BaseModel):
+    """Completeness = captured / (captured + missed); budget use over the last ``chronons``."""
+
+    captured: int
+    missed: int
+    pending: int
+    completeness: float | None
+    profiles: list[ProfileCompletenessOut]
+    chronons: int
+    budget_used: int
+    budget_total: int
+    budget_use: float | None
+
+    @classmethod
+    def of(cls, m: MetricsSummary) -> MetricsSummaryOut:
+        return cls(
+            captured=m.captured, missed=m.missed, pending=m.pending, completeness=m.completeness,
+            profiles=[
+                ProfileCompletenessOut(
+                    profile_id=p.profile_id, name=p.name, captured=p.captured, missed=p.missed,
+                    pending=p.pending, completeness=p.completeness,
+                )
+                for p in m.profiles
+            ],
+            chronons=m.chronons, budget_used=m.budget_used, budget_total=m.budget_total,
+            budget_use=m.budget_use,
+        )
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    database: bool
+    ticking: bool
+    chronon: int | None
+    inflight: int
+    backlog: int
+    detail: str = ""
+
+
+def ei_out(ei: Ei, start_of: Any) -> EiOut:
+    return EiOut(
+        ordinal=ei.ordinal, feed=ei.feed_id, state=ei.state, start=ei.start, finish=ei.finish,
+        window_start=start_of(ei.start), window_end=start_of(ei.finish + 1),
+        captured_chronon=ei.captured_chronon,
+        captured_at=None if ei.captured_chronon is None else start_of(ei.captured_chronon),
+    )
+
+
+def cei_out(cei: Cei, start_of: Any) -> CeiOut:
+    return CeiOut(
+        id=cei.id, state=cei.state, release=cei.release, sealed=cei.sealed,
+        resolved_chronon=cei.resolved_chronon, created_at=cei.created_at, rule_id=cei.rule_id,
+        eis=[ei_out(ei, start_of) for ei in cei.eis],
+    )

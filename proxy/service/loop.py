@@ -1,0 +1,298 @@
+"""The chronon loop: one decision per chronon, probes in the background, results into one engine.
+
+Per chronon ``t`` (design.md, "The data flow of one chronon"):
+
+1. sleep until ``t`` starts on the wall clock (absolute times, so lateness does
+   not accumulate: :meth:`ChrononClock.sleep_until_chronon`), observe the jitter;
+2. ``engine.advance(t)``; the evaluator's ``on_tick(t)`` ops; the engine's events
+   (captures, misses; missed trigger CEIs are sealed via ``on_trigger_missed``);
+3. ``engine.select(C_t, policy, exclude=…)`` where excluded are feeds with a
+   probe in flight or still being persisted, disabled feeds, feeds told to wait
+   (``Retry-After``, cache hints, error back-off) and resources without a feed;
+4. each selected feed: ``engine.begin_probe``, then a task fetches it. The loop
+   does not wait for it: the next chronon's decision happens on time.
+
+When a probe ends its task runs, without awaiting in between (the engine and
+the evaluator are not thread-safe and must see one consistent order):
+``evaluator.on_probe`` (before the capture, so a trigger CEI gets its query EIs
+first), ``engine.complete_probe(success=…)``, the events, and submits the
+steps, among them ONE ``record_probe`` transaction (probe, new entries,
+captures, CEI resolutions, feed health). A probe counts for the chronon it
+started in. Only a successful probe captures: a 200 (parsed) or a 304 Not
+Modified — a 304 is the server confirming the copy we hold is current, so the
+proxy observed the feed's state at that chronon (RFC 9110 §15.4.5).
+
+What it does not do: retry failed probes within a chronon (the policy decides
+again next chronon), or wait for probes before deciding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import structlog
+
+from proxy.core.engine import CeiState
+from proxy.core.policies import Policy
+from proxy.errors import StorageError
+from proxy.feeds import (
+    Entry,
+    Fetcher,
+    Gone,
+    HttpError,
+    NetworkError,
+    NotModified,
+    Ok,
+    ParseError,
+    ProbeResult,
+    RateLimited,
+    Redirected,
+    Refused,
+    Timeout,
+    TooLarge,
+)
+from proxy.service._feeds import FeedSlot, NothingKnown
+from proxy.service._persist import Captured as CapturedStep
+from proxy.service._persist import ChrononRow, ProbeWrite, Resolved, Step, Writer
+from proxy.service.clock import ChrononClock
+from proxy.service.metrics import ServiceMetrics
+from proxy.service.runtime import Runtime
+from proxy.store import FeedUpdate, NewEntry, ProbeInput, ProbeRecord, Store
+
+log = structlog.get_logger("proxy.service")
+
+
+@dataclass
+class ChrononLoop:
+    """Drives :class:`Runtime` chronon by chronon and runs the probes it selects.
+
+    ``max_inflight`` bounds the probes in flight (and being persisted): when
+    slow feeds pile up, fewer new probes start rather than unbounded tasks.
+    """
+
+    runtime: Runtime
+    store: Store
+    writer: Writer
+    fetcher: Fetcher
+    clock: ChrononClock
+    metrics: ServiceMetrics
+    budget: int
+    policy: Policy
+    max_inflight: int = 0
+    last_tick: float | None = None  # monotonic time of the last tick, for /readyz
+    ticks: int = 0
+    current: int | None = None
+    #: The last ticks' lateness and decision time in seconds (benchmarks, diagnostics).
+    jitters: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+    tick_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+    _busy: set[int] = field(default_factory=set)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _known: NothingKnown = field(default_factory=NothingKnown)
+
+    def __post_init__(self) -> None:
+        if self.max_inflight <= 0:
+            self.max_inflight = 10 * self.budget
+
+    @property
+    def inflight(self) -> int:
+        return len(self._busy)
+
+    async def run(self, first: int) -> None:
+        """Tick from chronon ``first`` for ever (cancel to stop)."""
+        t = first
+        while True:
+            jitter = await self.clock.sleep_until_chronon(t)
+            began = time.perf_counter()
+            try:
+                self.tick(t, jitter)
+            except Exception:  # a bug must not stop the loop: log it and go on with t + 1
+                log.exception("tick_failed", chronon=t)
+            self.jitters.append(jitter)
+            self.tick_seconds.append(time.perf_counter() - began)
+            # If we fell more than a chronon behind, skip to now: the engine and the
+            # evaluator coalesce gaps (missed fires, EIs expiring) by themselves.
+            t = max(t + 1, self.clock.current())
+
+    def tick(self, t: int, jitter: float) -> list[int]:
+        """Chronon ``t``: advance, open due CEIs, select and start probes; returns the resources probed."""
+        rt = self.runtime
+        now = self.clock.now()
+        self.current = t
+        rt.engine.advance(t)
+        steps: list[Step] = rt.drain_all()
+        steps += rt.apply(rt.evaluator.on_tick(t))
+        steps += rt.drain_all()
+        steps += rt.rule_states()
+        exclude = rt.feeds.blocked(rt.engine.resources, now) | self._busy
+        budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
+        chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
+        if chosen:  # the decision itself, for `proxy demo` and debugging (debug: one line a chronon)
+            log.debug("selected", chronon=t, budget=budget,
+                      feeds=[rt.feeds.by_resource[r].id for r in chosen])
+        for r in chosen:
+            slot = rt.feeds.by_resource[r]
+            rt.engine.begin_probe(r)
+            self._busy.add(r)
+            task = asyncio.create_task(self._probe(slot, t, now), name=f"probe-{slot.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        steps.append(ChrononRow(t, self.clock.start_of(t), self.budget, len(chosen),
+                                rt.tally.captured, rt.tally.missed, jitter))
+        rt.tally.captured = rt.tally.missed = 0
+        self.writer.submit(steps)
+        m = self.metrics
+        m.tick_jitter.observe(jitter)
+        m.chronon.set(t)
+        m.budget.set(self.budget)
+        m.budget_used.set(len(chosen))
+        m.budget_used_total.inc(len(chosen))
+        m.budget_offered_total.inc(self.budget)
+        counts = rt.engine.counts()
+        for state, n in counts.items():
+            m.ceis.labels(state=state.value).set(n)
+        captured, missed = counts[CeiState.CAPTURED], counts[CeiState.MISSED]
+        if captured + missed:
+            m.completeness.set(captured / (captured + missed))
+        self.last_tick = time.monotonic()
+        self.ticks += 1
+        return chosen
+
+    async def stop(self) -> None:
+        """Cancel the probes in flight (their results are lost; the feeds are probed again later)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def drain_probes(self) -> None:
+        """Wait for the probes in flight (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------------ probes
+
+    async def _probe(self, slot: FeedSlot, started: int, started_at: dt.datetime) -> None:
+        self.metrics.inflight.inc()
+        new: tuple[Entry, ...] = ()
+        known_failed = False
+        try:
+            result = await self.fetcher.probe(slot.state(), self._known, now=started_at)
+            if isinstance(result, Ok) and result.entries:
+                try:
+                    known = await self.store.known_identities(
+                        slot.id, [e.identity for e in result.entries])
+                    new = tuple(e for e in result.entries if e.identity not in known)
+                except StorageError as exc:
+                    # Without knowing what is new, the probe decides nothing: count it failed.
+                    self.metrics.db_errors.inc()
+                    log.error("known_entries_failed", feed=slot.id, error=str(exc))
+                    known_failed = True
+        finally:
+            self.metrics.inflight.dec()
+        try:
+            self._finish(slot, started, started_at, result, new, known_failed)
+        except Exception:
+            log.exception("probe_finish_failed", feed=slot.id, chronon=started)
+            self._busy.discard(slot.resource)
+
+    def _finish(
+        self,
+        slot: FeedSlot,
+        started: int,
+        started_at: dt.datetime,
+        result: ProbeResult,
+        new: tuple[Entry, ...],
+        known_failed: bool,
+    ) -> None:
+        rt = self.runtime
+        r = slot.resource
+        success = isinstance(result, Ok | NotModified) and not known_failed
+        # The rules engineer's order: on_probe first, so a trigger CEI gets its query
+        # EIs before the capture could complete it at rank 1.
+        steps = rt.apply(rt.evaluator.on_probe(r, started, success, new))
+        steps += rt.drain_all()
+        rt.engine.complete_probe(r, started, success=success)
+        direct, follow = rt.drain()
+        captures = tuple(s for s in direct if isinstance(s, CapturedStep))
+        resolved = tuple(s for s in direct if isinstance(s, Resolved))
+        finished = self.clock.now()
+        status, error = _status_and_error(result)
+        gone = isinstance(result, Gone)
+        _update_slot(slot, result)
+        rt.feeds.note(slot)
+        update = FeedUpdate(
+            probed_at=finished,
+            outcome=result.outcome,
+            error=result.is_error,
+            update_validators=isinstance(result, Ok),
+            etag=result.state.etag,
+            last_modified=result.state.last_modified,
+            next_allowed_at=result.not_before,
+            new_url=result.moved_to,
+            disabled_reason="410 Gone (RFC 9110 §15.5.11)" if gone else None,
+        )
+
+        def done(_record: ProbeRecord | None, r: int = r) -> None:
+            self._busy.discard(r)
+
+        steps.append(ProbeWrite(
+            probe=ProbeInput(
+                feed_id=slot.id, started_at=started_at, outcome=result.outcome,
+                finished_at=finished, chronon=started, http_status=status, error=error,
+            ),
+            entries=tuple(
+                NewEntry(e.identity, e.title, e.link, e.published, e.summary or e.content)
+                for e in new
+            ),
+            captures=captures,
+            resolved=resolved,
+            feed_update=update,
+            done=done,
+        ))
+        steps += follow
+        steps += rt.rule_states()
+        self.writer.submit(steps)
+        self.metrics.probes.labels(outcome=result.outcome).inc()
+        self.metrics.probe_duration.observe(result.elapsed)
+        log.info(
+            "probe", feed=slot.id, chronon=started, outcome=result.outcome,
+            duration=round(result.elapsed, 4), new_entries=len(new), captured_eis=len(captures),
+            http_status=status,
+        )
+
+
+def _update_slot(slot: FeedSlot, result: ProbeResult) -> None:
+    """What the next probe of the feed needs from this one."""
+    slot.url = result.state.url
+    slot.etag = result.state.etag
+    slot.last_modified = result.state.last_modified
+    slot.consecutive_errors = result.consecutive_errors
+    slot.not_before = result.not_before
+    if isinstance(result, Gone):
+        slot.disabled = True
+
+
+def _status_and_error(result: ProbeResult) -> tuple[int | None, str | None]:
+    if isinstance(result, Ok):
+        return 200, result.warning
+    if isinstance(result, NotModified):
+        return 304, None
+    if isinstance(result, Gone):
+        return 410, None
+    if isinstance(result, RateLimited | HttpError):
+        return result.status, None
+    if isinstance(result, Timeout):
+        return None, f"timeout ({result.phase})"
+    if isinstance(result, TooLarge):
+        return None, f"body over {result.limit} bytes"
+    if isinstance(result, ParseError):
+        return None, f"{result.reason}: {result.detail}"[:500]
+    if isinstance(result, NetworkError | Refused):
+        return None, result.reason[:500]
+    if isinstance(result, Redirected):
+        return None, result.reason[:500]
+    return None, None

@@ -1,0 +1,61 @@
+"""Prometheus metrics the service exports at ``/metrics``.
+
+The names here are a contract: the Grafana dashboard in ``deploy/grafana`` and
+the docs query them, and ``tests/test_deploy_files.py`` checks that every
+metric the dashboard uses is defined here.  Each service instance owns its own
+registry so that several apps can live in one process (tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PROBE_OUTCOMES = (
+    "ok", "not_modified", "redirected", "gone", "rate_limited", "timeout",
+    "too_large", "http_error", "network_error", "parse_error", "refused",
+)
+CEI_STATES = ("pending", "captured", "missed")
+
+
+@dataclass
+class ServiceMetrics:
+    """All collectors of one service instance, registered in ``registry``."""
+
+    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.probes = Counter("proxy_probes", "Probes finished, by outcome.", ["outcome"], registry=r)
+        self.budget = Gauge("proxy_budget_per_chronon", "Probe budget C_t of the current chronon.", registry=r)
+        self.budget_used = Gauge(
+            "proxy_budget_used", "Probes started in the last completed chronon.", registry=r)
+        self.budget_used_total = Counter(
+            "proxy_budget_used_probes", "Probes started, over all chronons.", registry=r)
+        self.budget_offered_total = Counter(
+            "proxy_budget_offered_probes", "Budget offered, summed over chronons.", registry=r)
+        self.ceis = Gauge("proxy_ceis", "CEIs by state.", ["state"], registry=r)
+        self.completeness = Gauge(
+            "proxy_completeness", "Captured CEIs / resolved (captured + missed) CEIs.", registry=r)
+        self.probe_duration = Histogram(
+            "proxy_probe_duration_seconds", "Wall time of one probe (fetch + parse).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.tick_jitter = Histogram(
+            "proxy_tick_jitter_seconds", "Lateness of a chronon tick behind its schedule.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=r)
+        self.inflight = Gauge("proxy_inflight_probes", "Probes currently in flight.", registry=r)
+        self.db_errors = Counter("proxy_db_errors", "Database errors seen by the service.", registry=r)
+        self.chronon = Gauge("proxy_chronon", "The current chronon number.", registry=r)
+        for outcome in PROBE_OUTCOMES:
+            self.probes.labels(outcome=outcome)
+        for state in CEI_STATES:
+            self.ceis.labels(state=state)
+
+    def exported_names(self) -> set[str]:
+        """Every sample name this registry exposes (``_total``, ``_bucket`` … included)."""
+        names: set[str] = set()
+        for metric in self.registry.collect():
+            for sample in metric.samples:
+                names.add(sample.name)
+        return names

@@ -1,0 +1,254 @@
+"""The service's decision state: one engine, one trigger evaluator, the feeds, and the ids between them.
+
+Everything here is synchronous and runs on the event loop only (the engine and
+the evaluator are not thread-safe). Each mutation returns the
+:mod:`~proxy.service._persist` steps that record it; callers hand them to the
+writer in the same order. Ids: a feed's engine resource is its store
+``resource``; a profile is ``str(profile.id)`` in the engine; a rule is
+``"r{rule.id}"`` in the evaluator, so CEI ids are ``"r{rule.id}:{seq}"`` and
+unique across the database (store rule ids are never reused).
+
+What it does not do: I/O of any kind (the loop fetches, the writer stores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from proxy.core.engine import CeiCaptured, EiCaptured, Engine
+from proxy.errors import ValidationError
+from proxy.rules import OpenCei, ProfileSpec, RevealEi, TriggerEvaluator, UnknownFeedError
+from proxy.rules.ports import ChrononMapping, Op
+from proxy.service._feeds import FeedTable
+from proxy.service._persist import AddCei, AddEi, Captured, Resolved, RuleStates, Seal, Step
+from proxy.store import Cei, NewEi, Profile
+
+log = structlog.get_logger("proxy.service")
+
+#: Chronons of successful probes the engine keeps for EIs revealed late (at least the longest EI).
+ENGINE_HISTORY = 64
+
+
+def rule_key(rule_id: int) -> str:
+    return f"r{rule_id}"
+
+
+def rule_db_id(key: str) -> int | None:
+    return int(key[1:]) if key.startswith("r") and key[1:].isdigit() else None
+
+
+def profile_spec(profile: Profile) -> ProfileSpec:
+    """The stored profile as the rule language's spec (rules in order)."""
+    return ProfileSpec.model_validate(
+        {"name": profile.name, "rules": [rule.spec for rule in profile.rules]}
+    )
+
+
+def check_feeds(spec: ProfileSpec, feeds: FeedTable) -> list[int]:
+    """The store ids of the feeds ``spec`` reads; :class:`UnknownFeedError` names the first unknown one."""
+    out: dict[int, None] = {}
+
+    def need(feed: str, loc: str) -> None:
+        try:
+            feeds.resource_of(feed)
+        except KeyError:
+            raise UnknownFeedError(loc, feed) from None
+        out[int(feed)] = None
+
+    for i, rule in enumerate(spec.rules):
+        if rule.watch is not None:
+            for j, feed in enumerate(rule.watch.feeds):
+                need(feed, f"rules.{i}.watch.feeds.{j}")
+            continue
+        assert rule.trigger is not None and rule.query is not None
+        need(rule.trigger.feed, f"rules.{i}.trigger.feed")
+        for j, q in enumerate(rule.query):
+            need(q.feed, f"rules.{i}.query.{j}.feed")
+    return list(out)
+
+
+def rule_feed_ids(spec: ProfileSpec, index: int) -> tuple[int, ...]:
+    rule = spec.rules[index]
+    if rule.watch is not None:
+        return tuple(int(f) for f in rule.watch.feeds)
+    assert rule.trigger is not None and rule.query is not None
+    return tuple(dict.fromkeys([int(rule.trigger.feed), *(int(q.feed) for q in rule.query)]))
+
+
+@dataclass
+class Tally:
+    """CEIs resolved since the last chronon row was written."""
+
+    captured: int = 0
+    missed: int = 0
+
+
+@dataclass
+class Runtime:
+    """Engine + evaluator + feeds; every method returns the steps that persist what it did."""
+
+    clock: ChrononMapping
+    engine: Engine = field(default_factory=lambda: Engine(0, history=ENGINE_HISTORY))
+    feeds: FeedTable = field(default_factory=FeedTable)
+    tally: Tally = field(default_factory=Tally)
+    evaluator: TriggerEvaluator = field(init=False)
+    installed: set[str] = field(default_factory=set)  # profile ids in the evaluator
+
+    def __post_init__(self) -> None:
+        self.evaluator = TriggerEvaluator(self.clock)
+
+    # ------------------------------------------------------------------ profiles
+
+    def install(self, profile: Profile, *, restore_states: bool) -> list[Step]:
+        """Install a stored profile in the evaluator (restoring rule states after a restart)."""
+        spec = profile_spec(profile)
+        keys = [rule_key(rule.id) for rule in profile.rules]
+        pid = str(profile.id)
+        if pid in self.installed:
+            _, ops = self.evaluator.replace_profile(pid, spec, self.feeds.resource_of, rule_ids=keys)
+            steps = self.apply(ops)
+        else:
+            self.evaluator.add_profile(pid, spec, self.feeds.resource_of, rule_ids=keys)
+            self.installed.add(pid)
+            steps = []
+        if restore_states:
+            for rule in profile.rules:
+                if rule.state is not None:
+                    self.evaluator.restore_state(rule_key(rule.id), rule.state)
+        return steps + self.rule_states()
+
+    def uninstall(self, profile_id: int) -> list[Step]:
+        """Remove a profile's rules; its open CEIs are sealed so the engine can resolve them."""
+        try:
+            ops = self.evaluator.remove_profile(str(profile_id))
+        except KeyError:
+            return []
+        self.installed.discard(str(profile_id))
+        return self.apply(ops)
+
+    def rule_states(self) -> list[Step]:
+        """The runtime state of every rule changed since the last call, to persist."""
+        states = []
+        for key in self.evaluator.take_dirty():
+            db_id = rule_db_id(key)
+            if db_id is None:
+                continue
+            try:
+                states.append((db_id, self.evaluator.snapshot_state(key)))
+            except KeyError:
+                continue  # removed meanwhile
+        return [RuleStates(tuple(states))] if states else []
+
+    # ------------------------------------------------------------------ ops and events
+
+    def apply(self, ops: Iterable[Op]) -> list[Step]:
+        """Apply evaluator ops to the engine (the rules engineer's ``apply_ops``, plus the steps)."""
+        engine, feeds = self.engine, self.feeds
+        steps: list[Step] = []
+        for op in ops:
+            try:
+                if isinstance(op, OpenCei):
+                    engine.add_cei(op.cei_id, op.profile_id, op.eis, sealed=op.sealed)
+                    eis = tuple(
+                        NewEi(i, feeds.by_resource[r].id, s, f) for i, (r, s, f) in enumerate(op.eis)
+                    )
+                    steps.append(AddCei(op.cei_id, int(op.profile_id), rule_db_id(op.rule_id),
+                                        engine.now, eis, op.sealed))
+                elif isinstance(op, RevealEi):
+                    ordinal = engine.reveal_ei(op.cei_id, op.resource, op.start, op.finish, seal=op.seal)
+                    ei = NewEi(ordinal, feeds.by_resource[op.resource].id, op.start, op.finish,
+                               reveal=engine.now)
+                    steps.append(AddEi(op.cei_id, ei, op.seal))
+                else:
+                    engine.seal(op.cei_id)
+                    steps.append(Seal(op.cei_id))
+            except (KeyError, ValueError) as exc:
+                # A CEI resolved before a restart is unknown to the restored engine; an op on it
+                # changes nothing that matters (the store already holds its verdict).
+                log.warning("op_skipped", op=type(op).__name__, cei=op.cei_id, reason=repr(exc))
+        return steps
+
+    def drain(self) -> tuple[list[Step], list[Step]]:
+        """The engine's pending events as steps, and the follow-up steps.
+
+        Follow-ups are the seals of trigger CEIs the engine missed
+        (``on_trigger_missed``) and whatever events those cause; they are
+        written after the first list (for a probe: after its own record).
+        """
+        direct: list[Step] = []
+        follow: list[Step] = []
+        target = direct
+        events = self.engine.drain_events()
+        while events:
+            missed_ops: list[Op] = []
+            for ev in events:
+                if isinstance(ev, EiCaptured):
+                    target.append(Captured(ev.cei_id, ev.ordinal, ev.chronon))
+                elif isinstance(ev, CeiCaptured):
+                    self.tally.captured += 1
+                    target.append(Resolved(ev.cei_id, "captured", ev.chronon))
+                    log.info("cei_captured", cei=ev.cei_id, chronon=ev.chronon)
+                else:
+                    self.tally.missed += 1
+                    target.append(Resolved(ev.cei_id, "missed", ev.chronon))
+                    log.info("cei_missed", cei=ev.cei_id, chronon=ev.chronon)
+                    missed_ops.extend(self.evaluator.on_trigger_missed(ev.cei_id))
+            follow.extend(self.apply(missed_ops))
+            events = self.engine.drain_events()
+            target = follow
+        return direct, follow
+
+    def drain_all(self) -> list[Step]:
+        direct, follow = self.drain()
+        return [*direct, *follow]
+
+    # ------------------------------------------------------------------ restart
+
+    def restore(self, profiles: Sequence[Profile], pending: Sequence[Cei], now: int) -> list[Step]:
+        """Rebuild after a restart: profiles → evaluator (with rule states), pending CEIs → engine.
+
+        The engine learns the successful probes that captured EIs of pending CEIs
+        (replayed at their chronons, before any CEI exists, so they capture
+        nothing yet), then every pending CEI is added at ``now`` with all its EIs
+        in ordinal order: captured EIs are recaptured from that history, EIs
+        whose window passed while the service was down make their CEI missed.
+        Other successful probes are not replayed (EIs revealed later with a start
+        before the restart cannot count them).
+        """
+        engine = self.engine
+        for profile in profiles:
+            try:
+                self.install(profile, restore_states=True)
+            except (ValidationError, ValueError) as exc:
+                log.error("profile_not_restored", profile=profile.id, reason=str(exc))
+        # What was just restored is what the store holds: nothing to write back.
+        self.evaluator.take_dirty()
+        history: dict[int, set[int]] = {}
+        for cei in pending:
+            for ei in cei.eis:
+                if ei.captured_chronon is not None and ei.feed_id in self.feeds.by_id:
+                    history.setdefault(ei.captured_chronon, set()).add(
+                        self.feeds.by_id[ei.feed_id].resource)
+        if history:
+            # Keep the replayed probes through the jump to `now` (the engine prunes history
+            # older than max(history, longest EI seen), and no EI is known yet).
+            self.engine = engine = Engine(
+                engine.resources, history=max(ENGINE_HISTORY, now - min(history) + 1))
+        for t in sorted(history):
+            if t <= now:
+                engine.advance(t)
+                engine.probe(sorted(history[t]))
+        engine.advance(max(now, engine.now))
+        for cei in pending:
+            try:
+                eis = [(self.feeds.by_id[ei.feed_id].resource, ei.start, ei.finish) for ei in cei.eis]
+                if not eis and cei.sealed:
+                    continue
+                engine.add_cei(cei.id, str(cei.profile_id), eis, sealed=cei.sealed)
+            except (KeyError, ValueError) as exc:
+                log.error("cei_not_restored", cei=cei.id, reason=repr(exc))
+        return self.drain_all()
+

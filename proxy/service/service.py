@@ -1,0 +1,388 @@
+"""``ProxyService``: the facade the API calls, owning the store, the fetcher, the loop and housekeeping.
+
+Anything that changes the engine's or the evaluator's state goes through here
+(register/delete feed, create/replace/delete profile, ping), so those changes
+happen on the event loop in one order with the loop's own. Reads that touch
+only the database (listings, CEIs, metrics summary) go to :attr:`store`.
+
+Start-up (:meth:`ProxyService.start`): migrate (``migrate_on_start``), load or
+persist the chronon origin (so numbering continues after a restart), restore
+feeds, profiles with their rule states and pending CEIs (:meth:`Runtime.restore`),
+then start the writer, the chronon loop and the APScheduler housekeeping jobs.
+
+What it does not do: speak HTTP (``proxy.api``) or parse settings (``proxy.settings``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from proxy.core.policies import get_policy
+from proxy.errors import AuthError, FeedNotFoundError, StorageError
+from proxy.feeds import Fetcher, FetcherSettings
+from proxy.rules import ProfileSpec, TriggerEvaluator
+from proxy.service._persist import Writer
+from proxy.service.clock import ChrononClock
+from proxy.service.loop import ChrononLoop
+from proxy.service.metrics import ServiceMetrics
+from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
+from proxy.settings import Settings
+from proxy.store import Feed, Profile, RuleInput, Store, upgrade_database
+
+log = structlog.get_logger("proxy.service")
+
+ORIGIN_KEY = "chronon_origin"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStatus:
+    """What ``/readyz`` reports."""
+
+    database: bool
+    ticking: bool
+    chronon: int | None
+    inflight: int
+    backlog: int
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.database and self.ticking
+
+
+def fetcher_settings(settings: Settings) -> FetcherSettings:
+    """The feed layer's settings from the service's."""
+    return FetcherSettings(
+        allow_private_networks=settings.allow_private_networks,
+        connect_timeout=settings.http_connect_timeout_seconds,
+        read_timeout=settings.http_read_timeout_seconds,
+        total_timeout=settings.http_total_timeout_seconds,
+        max_body_bytes=settings.max_body_bytes,
+        per_host_concurrency=settings.per_host_concurrency,
+        per_host_min_delay=settings.per_host_min_delay_seconds,
+        respect_cache_hints=settings.respect_cache_hints,
+    )
+
+
+class ProxyService:
+    """The running proxy. ``async with ProxyService(settings) as service: …`` or start()/stop().
+
+    ``store``/``fetcher`` may be injected (the service then does not close
+    them); ``wall`` is the wall clock the chronon clock reads (tests);
+    ``run_loop=False`` restores everything but does not tick (tests drive
+    :meth:`ChrononLoop.tick` themselves).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        fetcher: Fetcher | None = None,
+        metrics: ServiceMetrics | None = None,
+        wall: Callable[[], float] = time.time,
+        run_loop: bool = True,
+        housekeeping: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or ServiceMetrics()
+        self._store = store
+        self._own_store = store is None
+        self._fetcher = fetcher
+        self._own_fetcher = fetcher is None
+        self._wall = wall
+        self._run_loop = run_loop
+        self._housekeeping = housekeeping
+        self._loop_task: asyncio.Task[None] | None = None
+        self._scheduler: Any = None
+        self._runtime: Runtime | None = None
+        self._writer: Writer | None = None
+        self._loop: ChrononLoop | None = None
+        self._clock: ChrononClock | None = None
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> ProxyService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("ProxyService is not started")
+        return self._store
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("ProxyService is not started")
+        return self._runtime
+
+    @property
+    def loop(self) -> ChrononLoop:
+        if self._loop is None:
+            raise RuntimeError("ProxyService is not started")
+        return self._loop
+
+    @property
+    def clock(self) -> ChrononClock:
+        if self._clock is None:
+            raise RuntimeError("ProxyService is not started")
+        return self._clock
+
+    async def start(self) -> None:
+        s = self.settings
+        if s.migrate_on_start:
+            await upgrade_database(s.database_url)
+        if self._store is None:
+            self._store = Store.from_url(s.database_url)
+        store = self._store
+        if self._fetcher is None:
+            self._fetcher = Fetcher(fetcher_settings(s))
+        if self._own_fetcher:
+            await self._fetcher.__aenter__()
+        self._clock = clock = await self._load_clock(store)
+        runtime = self._runtime = Runtime(clock)
+        self._writer = writer = Writer(store, self.metrics)
+        for feed in await store.list_feeds():
+            runtime.feeds.put(feed)
+        pending = await store.pending_ceis_with_eis()
+        for cei in pending:
+            writer.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
+        now = clock.current()
+        steps = runtime.restore(await store.all_profiles(), pending, now)
+        # The restored rules, specs and engine columns live as long as the process: move them
+        # out of the cyclic GC's scans, whose full passes over 100,000 profiles' objects
+        # otherwise stall the loop for hundreds of milliseconds (docs/bench-service.md).
+        gc.collect()
+        gc.freeze()
+        writer.start()
+        writer.submit(steps)
+        self._loop = ChrononLoop(
+            runtime, store, writer, self._fetcher, clock, self.metrics,
+            budget=s.budget, policy=get_policy(s.policy),
+        )
+        log.info("service_started", chronon=now, feeds=len(runtime.feeds),
+                 profiles=len(runtime.evaluator.profile_ids()), pending_ceis=len(pending),
+                 policy=s.policy, budget=s.budget, chronon_seconds=s.chronon_seconds)
+        if self._run_loop:
+            self._loop_task = asyncio.create_task(self._loop.run(now), name="proxy-chronon-loop")
+        if self._housekeeping:
+            self._start_housekeeping()
+
+    async def stop(self) -> None:
+        """Stop ticking, cancel probes in flight, write what is queued, close what we opened."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        if self._loop is not None:
+            await self._loop.stop()
+        if self._writer is not None:
+            await self._writer.stop()
+        if self._fetcher is not None and self._own_fetcher:
+            await self._fetcher.aclose()
+        if self._store is not None and self._own_store:
+            await self._store.close()
+            self._store = None
+        log.info("service_stopped")
+
+    async def _load_clock(self, store: Store) -> ChrononClock:
+        """The chronon origin persisted on first start, so numbering continues after a restart."""
+        length = self.settings.chronon_seconds
+        saved = await store.get_state(ORIGIN_KEY)
+        now = dt.datetime.fromtimestamp(self._wall(), dt.UTC)
+        if saved is None:
+            origin = now
+        else:
+            origin = dt.datetime.fromisoformat(saved["origin"])
+            if float(saved["length"]) != length:
+                # A new chronon length: re-anchor so that numbering still only goes forward.
+                old = ChrononClock(origin, float(saved["length"]), wall=self._wall)
+                origin = now - dt.timedelta(seconds=(old.current() + 1) * length)
+                log.warning("chronon_length_changed", old=saved["length"], new=length)
+            else:
+                await store.set_state(ORIGIN_KEY, saved)
+                return ChrononClock(origin, length, wall=self._wall)
+        await store.set_state(ORIGIN_KEY, {"origin": origin.isoformat(), "length": length})
+        return ChrononClock(origin, length, wall=self._wall)
+
+    def _start_housekeeping(self) -> None:
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        scheduler = AsyncIOScheduler(timezone=dt.UTC)
+        if self.settings.retention_days > 0:
+            scheduler.add_job(self.purge, "interval", hours=1, id="purge", coalesce=True,
+                              max_instances=1, next_run_time=dt.datetime.now(dt.UTC))
+        scheduler.add_job(self.refresh_feed_health, "interval", minutes=1, id="rollup",
+                          coalesce=True, max_instances=1)
+        scheduler.start()
+        self._scheduler = scheduler
+
+    async def purge(self) -> None:
+        """Retention: delete probes and uncaptured entries older than ``retention_days``."""
+        cutoff = self.clock.now() - dt.timedelta(days=self.settings.retention_days)
+        try:
+            result = await self.store.purge_older_than(cutoff)
+        except StorageError as exc:
+            self.metrics.db_errors.inc()
+            log.error("purge_failed", error=str(exc))
+            return
+        log.info("purged", probes=result.probes, entries=result.entries, cutoff=cutoff.isoformat())
+
+    async def refresh_feed_health(self) -> None:
+        """Roll-up: reconcile disabled flags changed outside the loop (e.g. by an operator)."""
+        try:
+            feeds = await self.store.list_feeds()
+        except StorageError as exc:
+            self.metrics.db_errors.inc()
+            log.error("rollup_failed", error=str(exc))
+            return
+        table = self.runtime.feeds
+        for feed in feeds:
+            slot = table.by_id.get(feed.id)
+            if slot is not None:
+                slot.disabled = feed.disabled
+                table.note(slot)
+
+    # ------------------------------------------------------------------ feeds
+
+    async def register_feed(self, url: str) -> tuple[Feed, bool]:
+        """Register a feed URL (SSRF-checked unless private networks are allowed); ``(feed, created)``."""
+        assert self._fetcher is not None
+        url = url.strip()
+        await self._fetcher.check_url(url)
+        feed, created = await self.store.register_feed(url)
+        self.runtime.feeds.put(feed)
+        if created:
+            log.info("feed_registered", feed=feed.id, url=feed.url, resource=feed.resource)
+        return feed, created
+
+    async def delete_feed(self, feed_id: int) -> None:
+        """Delete a feed no rule reads (:class:`ConflictError` otherwise)."""
+        await self.store.delete_feed(feed_id)
+        self.runtime.feeds.remove(feed_id)
+
+    async def ping(self, feed_id: int, token: str) -> int:
+        """An update notification for the feed, authenticated by its ping token; returns CEIs touched.
+
+        The proxy still has to fetch: a ping only opens or grows CEIs (rules
+        with ``on: ping`` and watch rules); the loop schedules the probes.
+        """
+        if not token or not await self.store.verify_ping_token(feed_id, token):
+            if feed_id not in self.runtime.feeds.by_id:
+                raise FeedNotFoundError(feed_id)
+            raise AuthError("wrong or missing ping token for this feed")
+        rt = self.runtime
+        slot = rt.feeds.by_id.get(feed_id)
+        if slot is None:
+            raise FeedNotFoundError(feed_id)
+        ops = rt.evaluator.on_notification(slot.resource, rt.engine.now)
+        steps = rt.apply(ops)
+        steps += rt.drain_all()
+        steps += rt.rule_states()
+        self._submit(steps)
+        log.info("ping", feed=feed_id, chronon=rt.engine.now, ops=len(ops))
+        return len(ops)
+
+    # ------------------------------------------------------------------ profiles
+
+    async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
+        """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
+        rt = self.runtime
+        self._check(spec)
+        async with self._lock:
+            profile = await self.store.create_profile(user_id, spec.name, _rule_inputs(spec))
+            try:
+                steps = rt.install(profile, restore_states=False)
+            except Exception:
+                await self.store.delete_profile(user_id, profile.id)
+                raise
+        self._submit(steps)
+        log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
+        return profile
+
+    async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
+        """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
+        rt = self.runtime
+        self._check(spec)
+        async with self._lock:
+            profile = await self.store.replace_profile(user_id, profile_id, spec.name, _rule_inputs(spec))
+            steps = rt.install(profile, restore_states=False)
+        self._submit(steps)
+        log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
+        return profile
+
+    def _check(self, spec: ProfileSpec) -> None:
+        """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
+        feed ids, then compiling it in a scratch evaluator (regexes, cron, durations)."""
+        rt = self.runtime
+        check_feeds(spec, rt.feeds)
+        TriggerEvaluator(rt.clock).add_profile("check", spec, rt.feeds.resource_of)
+
+    async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        async with self._lock:
+            await self.store.delete_profile(user_id, profile_id)
+            steps = self.runtime.uninstall(profile_id)
+        self._submit(steps)
+        log.info("profile_deleted", profile=profile_id, user=user_id)
+
+    # ------------------------------------------------------------------ status
+
+    async def status(self) -> ServiceStatus:
+        """Database reachable and the loop ticking (a tick within the last three chronons)."""
+        detail = ""
+        try:
+            await self.store.ping()
+            database = True
+        except StorageError as exc:
+            self.metrics.db_errors.inc()
+            database, detail = False, str(exc)
+        loop = self._loop
+        last = loop.last_tick if loop is not None else None
+        ticking = (
+            self._run_loop
+            and last is not None
+            and time.monotonic() - last < max(3 * self.settings.chronon_seconds, 1.0)
+        )
+        return ServiceStatus(
+            database=database,
+            ticking=bool(ticking),
+            chronon=loop.current if loop is not None else None,
+            inflight=loop.inflight if loop is not None else 0,
+            backlog=self._writer.backlog if self._writer is not None else 0,
+            detail=detail,
+        )
+
+    async def flush(self) -> None:
+        """Wait until every decision so far is in the database (tests, shutdown)."""
+        if self._writer is not None:
+            await self._writer.flush()
+
+    def _submit(self, steps: list[Any]) -> None:
+        if self._writer is not None:
+            self._writer.submit(steps)
+
+
+def _rule_inputs(spec: ProfileSpec) -> list[RuleInput]:
+    return [
+        RuleInput(rule.name, rule.model_dump(mode="json", exclude_none=True), rule_feed_ids(spec, i))
+        for i, rule in enumerate(spec.rules)
+    ]

@@ -1,0 +1,139 @@
+"""The ordered writer on both backends: steps land in order, batched, and vanished profiles are skipped."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from proxy.service._persist import (
+    AddCei,
+    AddEi,
+    Captured,
+    ChrononRow,
+    ProbeWrite,
+    Resolved,
+    RuleStates,
+    Seal,
+    Writer,
+)
+from proxy.service.metrics import ServiceMetrics
+from proxy.store import FeedUpdate, NewEi, NewEntry, ProbeInput, ProbeRecord, RuleInput, Store
+
+NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+
+
+async def _setup(store: Store) -> tuple[int, list[int], int, int]:
+    user, _ = await store.create_user("u")
+    feeds = [(await store.register_feed(f"http://127.0.0.1:9/{i}.xml"))[0].id for i in range(2)]
+    profile = await store.create_profile(user, "p", [RuleInput("r", {"x": 1}, tuple(feeds))])
+    return user, feeds, profile.id, profile.rules[0].id
+
+
+async def test_steps_are_written_in_order_with_one_probe_transaction(store: Store) -> None:
+    user, (a, b), pid, rid = await _setup(store)
+    writer = Writer(store, ServiceMetrics())
+    writer.start()
+    records: list[ProbeRecord | None] = []
+    writer.submit([
+        AddCei("r:0", pid, rid, 3, (NewEi(0, a, 3, 5),), sealed=False),
+        AddCei("r:1", pid, rid, 3, (NewEi(0, a, 3, 5), NewEi(1, b, 3, 9)), sealed=True),
+        RuleStates(((rid, {"seq": 1}),)),
+    ])
+    writer.submit([
+        AddEi("r:0", NewEi(1, b, 4, 8, reveal=4), seal=True),
+        Captured("r:1", 1, 4),  # by a probe of b recorded before the restart, say
+        ProbeWrite(
+            probe=ProbeInput(feed_id=a, started_at=NOW, outcome="ok", finished_at=NOW, chronon=4),
+            entries=(NewEntry("e1", title="Oil"),),
+            captures=(Captured("r:0", 0, 4), Captured("r:1", 0, 4)),
+            resolved=(Resolved("r:1", "captured", 4),),
+            feed_update=FeedUpdate(probed_at=NOW, outcome="ok", update_validators=True, etag='"v1"'),
+            done=records.append,
+        ),
+        RuleStates(((rid, {"seq": 2}),)),
+        ChrononRow(4, NOW, budget=2, used=1, captured=1, missed=0, jitter=0.001),
+    ])
+    await writer.stop()
+    ceis = {c.id: c for c in await store.list_ceis(user, pid)}
+    assert ceis["r:1"].state == "captured"
+    assert [(e.state, e.captured_chronon) for e in ceis["r:1"].eis] == [("captured", 4), ("captured", 4)]
+    assert ceis["r:0"].sealed and ceis["r:0"].state == "pending"
+    assert [(e.ordinal, e.feed_id, e.state, e.reveal) for e in ceis["r:0"].eis] == [
+        (0, a, "captured", None), (1, b, "pending", 4)]
+    (record,) = records
+    assert record is not None and record.new_identities == ("e1",)
+    assert len(record.captured_ei_ids) == 2
+    assert (await store.get_feed(a)).etag == '"v1"'
+    assert (await store.load_rule_states())[rid] == {"seq": 2}  # the latest state wins
+    summary = await store.metrics_summary(user)
+    assert (summary.budget_used, summary.budget_total) == (1, 2)
+
+
+async def test_a_deleted_profile_skips_its_steps_and_the_writer_goes_on(store: Store) -> None:
+    user, (a, _), pid, rid = await _setup(store)
+    other = await store.create_profile(user, "q", [RuleInput("r", {"y": 2}, (a,))])
+    await store.delete_profile(user, pid)
+    writer = Writer(store, ServiceMetrics())
+    writer.start()
+    done: list[ProbeRecord | None] = []
+    writer.submit([
+        AddCei("gone:0", pid, rid, 1, (NewEi(0, a, 1, 2),), sealed=True),
+        AddCei("kept:0", other.id, other.rules[0].id, 1, (NewEi(0, a, 1, 2),), sealed=True),
+        Seal("gone:0"),
+        Resolved("gone:0", "missed", 2),
+        RuleStates(((rid, {"s": 1}), (other.rules[0].id, {"s": 2}))),
+        ProbeWrite(
+            probe=ProbeInput(feed_id=a, started_at=NOW, outcome="not_modified", chronon=2),
+            entries=(), captures=(Captured("kept:0", 0, 2),), resolved=(),
+            feed_update=FeedUpdate(probed_at=NOW, outcome="not_modified"), done=done.append,
+        ),
+        ProbeWrite(
+            probe=ProbeInput(feed_id=9999, started_at=NOW, outcome="ok"),  # feed deleted meanwhile
+            entries=(), captures=(), resolved=(),
+            feed_update=FeedUpdate(probed_at=NOW, outcome="ok"), done=done.append,
+        ),
+        Resolved("kept:0", "missed", 2),
+    ])
+    await writer.stop()
+    (kept,) = await store.list_ceis(user, other.id)
+    assert kept.id == "kept:0" and kept.state == "missed"
+    assert (await store.load_rule_states())[other.rules[0].id] == {"s": 2}
+    # Grouped in one transaction, the bad probe made the group fall back to one by one: the
+    # good probe is stored with its capture, the other feed is released all the same.
+    assert len(done) == 2 and done[0] is not None and done[1] is None
+    (probe,) = await store.list_probes(a)
+    assert probe.outcome == "not_modified" and probe.chronon == 2
+    assert kept.eis[0].state == "captured" and kept.eis[0].captured_probe_id == probe.id
+
+
+async def test_add_ceis_skips_vanished_profiles_and_returns_ei_ids(store: Store) -> None:
+    user, (a, b), pid, rid = await _setup(store)
+    ids = await store.add_ceis([
+        ("c:0", pid, rid, 0, True, [NewEi(0, a, 0, 1), NewEi(1, b, 0, 2)]),
+        ("c:1", 424242, None, 0, True, [NewEi(0, a, 0, 1)]),
+    ])
+    assert set(ids) == {"c:0"} and set(ids["c:0"]) == {0, 1}
+    (cei,) = await store.list_ceis(user, pid)
+    assert {e.ordinal: e.id for e in cei.eis} == ids["c:0"]
+    assert await store.save_rule_states([(rid, {"k": 1}), (777, {"k": 2})]) == 1
+
+
+async def test_add_eis_and_seals_in_one_transaction(store: Store) -> None:
+    user, (a, b), pid, rid = await _setup(store)
+    await store.add_ceis([("c:0", pid, rid, 0, False, [NewEi(0, a, 0, 1)])])
+    ids = await store.add_eis([("c:0", NewEi(1, b, 1, 4, reveal=1)), ("gone:0", NewEi(0, a, 0, 1))],
+                              seal=["c:0", "gone:0"])
+    assert set(ids) == {"c:0"} and set(ids["c:0"]) == {0, 1}
+    (cei,) = await store.list_ceis(user, pid)
+    assert cei.sealed and [(e.ordinal, e.feed_id, e.reveal) for e in cei.eis] == [(0, a, None), (1, b, 1)]
+
+
+async def test_a_duplicate_cei_id_loses_only_itself(store: Store) -> None:
+    user, (a, _), pid, rid = await _setup(store)
+    await store.add_ceis([("dup:0", pid, rid, 0, True, [NewEi(0, a, 0, 1)])])
+    writer = Writer(store, ServiceMetrics())
+    writer.start()
+    writer.submit([AddCei("dup:0", pid, rid, 5, (NewEi(0, a, 5, 6),), sealed=True),
+                   AddCei("new:0", pid, rid, 5, (NewEi(0, a, 5, 6),), sealed=True)])
+    await writer.stop()
+    ceis = {c.id: c for c in await store.list_ceis(user, pid)}
+    assert set(ceis) == {"dup:0", "new:0"} and ceis["dup:0"].release == 0
