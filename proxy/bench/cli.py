@@ -1,0 +1,263 @@
+"""``proxy bench``: the live benchmark (``live``) and the report it regenerates (``report``).
+
+Heavy imports (numpy, the service, matplotlib) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+bench_app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "real_feeds_items.csv"
+
+NOTES = """
+Setup: the feed farm (in the benchmark process) replays the workload's update times on an
+accelerated clock, one trace unit per chronon; the service runs as `proxy serve` (a child
+process) on a SQLite file, with the feeds and one `watch` rule per AuctionWatch profile
+registered over the REST API; the farm pings `/api/v1/feeds/{id}/ping` for each publication.
+Everything is on 127.0.0.1, on a 2-core machine shared with other work (load 8-11).
+
+What each column means (code: `proxy/bench/`, metrics tested in `tests/test_bench_metrics.py`):
+
+- **live CEI %**: ground truth. The generator's CEIs (AuctionWatch profiles, `reveal=update`)
+  scored against the probes in the service's database: an EI counts only when a successful
+  probe of its feed decided in its window *started after the entry was published* (farm log).
+- **sim % (reveal at update)**: `proxy.sim.run.simulate` on the same workload, policy and
+  budget: the paper's simulator, which learns an EI at its update chronon `u` and may probe at `u`.
+- **sim % (ping lag)**: the same CEIs with each EI known from `u+1`. The farm publishes update
+  `u` just before chronon `u` starts and its ping lands just after the service's tick of `u`
+  (`--phase -0.1 --ping-lag 0.2`), so the service opens exactly the generated EI `[u, u+W]`
+  and every probe of chronon `u` sees the entry, but the decision of `u` was taken before the
+  ping: the first decision that knows the update is `u+1`'s. It also holds each profile's
+  unfinished last CEI (below) and uses the service's identifiers: its resource numbers and
+  CEI ids `r{rule}:{seq}`, since policies break ties by them. This is the workload the live
+  proxy really faces, and the one the 3-point target is checked against. The column before it
+  is the same with the generator's ids (CEI ids in release order, resources as generated).
+- **service says %**: the service's own bookkeeping: captured / (captured + missed) of the CEIs
+  in its database, which it built from pings. It differs from the ground truth where its CEIs
+  differ from the generated ones (a ping handled in another chronon, a lost ping) and because
+  its count includes the unfinished tail CEIs it gave up on.
+- **entries %**: published entries fetched before `N` = 20 newer ones pushed them out of the
+  feed (last-N window). **delay**: chronons from publication to the first probe that fetched it.
+- **budget used**: mean probes per chronon against the budget C.
+- **round-robin / adaptive %**: plain readers with the same *total* probes (no per-chronon
+  cap, which favours them), on the same trace and CEIs: fixed-interval polling of every
+  watched feed in turn, and Miniflux-like `entry_frequency` intervals (lookback / entries dated
+  within the lookback, K/5 chronons) learnt from the entry dates each probe shows, clamped to
+  [1, K/2] chronons; one knob scales the interval and the maximum to hit a probe count.
+  **probes to match**: the fewest probes with which the reader reaches the live proxy's CEI
+  completeness (× the proxy's probes); "never" if even polling every chronon does not.
+- **EIs as generated %**: share of the generator's EIs (profile, feed, start chronon) that the
+  service recorded at exactly that chronon. A CEI the service already missed is tracked
+  silently (its later EIs are not stored), so this is below 100% where many CEIs are missed
+  even when every ping landed in its chronon.
+
+Why the live proxy and the simulator differ, and what was done about each cause:
+
+1. **Decision lag** (structural). The service decides at the start of a chronon; an update
+   it hears of during chronon `u` is usable from `u+1`. The paper's simulator reveals it at `u`.
+   The "ping lag" simulator models this instead of hiding it.
+2. **Unfinished CEIs** (structural). The generator drops each profile's last CEI when a watched
+   feed never updates again; the service cannot know that and spends probes on it. The lag
+   simulator holds these tail CEIs too (never counted in any score). At C=1 this alone was
+   worth about 4 points (a lighter Poisson run, lambda=6, mrsf-p: lag simulator 79.5% without
+   tails, 75.6% with them; live 75.8%).
+3. **Pings handled in another chronon** (timing). The service opens an EI in the chronon in
+   which it handles the ping. On this shared 2-core machine (load 8-11 from other work) some
+   pings were handled after the next tick (the token is checked in the database) or before a
+   late tick; a shifted EI also regroups the profile's later AuctionWatch CEIs, so the service's
+   CEIs drift from the generated ones (last column). Fixes, in order: the service runs as its
+   own process (`proxy serve`), so the farm's publishing and pinging do not share its event loop
+   (tick jitter p99 0.25 s in-process at 0.2 s chronons, 0.08 s as a process at 0.3 s); 0.3 s
+   chronons; and the publication/ping timing above, which leaves most of a chronon for a late ping.
+4. **Probes before the publication** (accounting; fixed by the timing). With updates published
+   in the middle of chronon `u` (an earlier version of this benchmark), a probe decided in `u`
+   ran before the entry existed, yet the service credited it to the EI opened later in `u` and
+   did not probe again: ground truth fell 2-4 points below the simulator at C=2 and C=5
+   (Poisson, mrsf-p: live 75.8% vs 78.7% at C=2, 96.2% vs 100% at C=5). Publishing just before
+   the chronon makes every probe of `u` see the entry, so the credit is right.
+5. **Tie-breaks** (identifiers). Policies break ties by resource number and CEI id. The
+   generator's CEI ids follow release order, which happens to be a good tie-break; the service's
+   ids (`r{rule}:{seq}`) are not. At C=1 this alone is worth 3-4 points (earlier runs of this
+   benchmark, Poisson, C=1: s-edf-p lag simulator 39.7% with generator ids, 35.9% with the
+   service's, live 35.8%; mrsf-p 43.1%, 40.0%, live 40.3%; eight random relabellings of the
+   same workload spread s-edf-p over 35.1-39.7%). The lag simulator therefore uses the
+   service's ids.
+6. **The end of the run** (fixed in the analysis). The generator clips each EI at the last
+   chronon `K-1`; the service does not know the run ends and keeps `[u, u+W]`. With clipped
+   deadlines the simulator rushed for the last updates where the service did not: on the real
+   trace, whose busiest window ends at the snapshot (many updates in the last chronons), live
+   came out 1-3 points *above* the simulator, every differing CEI having its deadline at `K-1`
+   (trace, mrsf-p, C=2: 15 CEIs captured only live, 3 only simulated). The lag simulator now
+   runs on a horizon of `K+W` chronons with unclipped EIs and keeps its probes before `K`
+   (there: 96.2% → 98.1%, live 99.1%). `proxy bench reanalyse` recomputes saved runs from
+   their databases and publication logs.
+7. **Lost pings** (the `pings lost` rows). An update whose ping is lost is never an EI for the
+   service: AuctionWatch then waits for that feed's next update, so the service's CEIs diverge
+   from the generated ones and ground-truth completeness drops; a probe that happens to fetch
+   the entry still counts in the ground truth. The simulator does not model lost pings, so
+   `live − sim(lag)` in those rows is what losing them costs.
+"""
+
+
+@bench_app.command("live")
+def live(
+    workload: Annotated[str, typer.Option(help="poisson (the paper's baseline-like) or trace.")] = "poisson",
+    trace: Annotated[Path, typer.Option(help="CSV trace feed_id,timestamp for --workload trace.")] = DEFAULT_TRACE,
+    days: Annotated[float, typer.Option(help="Trace: length of the busiest window replayed.")] = 14.0,
+    feeds: Annotated[int, typer.Option(help="Poisson: number of feeds (resources).")] = 100,
+    lam: Annotated[float, typer.Option(help="Poisson: mean updates per feed over the run.")] = 15.0,
+    profiles: Annotated[int, typer.Option(help="AuctionWatch profiles (watch rules).")] = 100,
+    rank: Annotated[int, typer.Option(help="Largest profile rank (feeds per profile).")] = 3,
+    window: Annotated[int, typer.Option(help="EI window W in chronons (rule 'within').")] = 10,
+    budget: Annotated[str, typer.Option(help="Budgets C, comma-separated (a run each).")] = "1",
+    policy: Annotated[str, typer.Option(help="Policies, comma-separated (a run each).")] = "mrsf-p",
+    chronon_seconds: Annotated[float, typer.Option(help="Chronon length of the live run.")] = 0.3,
+    chronons: Annotated[int, typer.Option(help="Number of chronons K.")] = 300,
+    ping_drop_rate: Annotated[float, typer.Option(help="Share of pings the farm drops.")] = 0.0,
+    ping_delay: Annotated[float, typer.Option(help="Seconds the farm delays each ping.")] = 0.0,
+    database_url: Annotated[str | None, typer.Option(help="Service database (default: SQLite in --out).")] = None,
+    seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
+    service: Annotated[str, typer.Option(help="process (proxy serve as a child) or inline.")] = "process",
+    phase: Annotated[float, typer.Option(
+        help="When update u is published, in chronons from the start of chronon u (-1..1).")] = -0.1,
+    ping_lag: Annotated[float, typer.Option(
+        help="Chronons the farm holds every ping (lands after the tick of u).")] = 0.2,
+    out: Annotated[Path, typer.Option(help="Folder for result JSON, publication logs, databases.")] = Path(
+        "bench-live"),
+    doc: Annotated[Path | None, typer.Option(help="Regenerate this markdown from every result in --out.")] = None,
+) -> None:
+    """Run the service against the feed farm, the simulator and plain readers on one workload."""
+    import asyncio
+
+    from proxy.bench.live import (
+        BenchError,
+        LiveConfig,
+        poisson_workload,
+        run_benchmark,
+        trace_workload,
+    )
+
+    try:
+        budgets = [int(b) for b in budget.split(",") if b.strip()]
+        policies = [p.strip() for p in policy.split(",") if p.strip()]
+        if workload == "poisson":
+            bw = poisson_workload(resources=feeds, profiles=profiles, chronons=chronons, lam=lam,
+                                  rank=rank, window=window, seed=seed)
+        elif workload == "trace":
+            bw = trace_workload(trace, chronons=chronons, days=days, profiles=profiles, rank=rank,
+                                window=window, seed=seed)
+        else:
+            raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
+        from proxy.core.policies import get_policy
+
+        for p in policies:
+            get_policy(p)
+    except (ValueError, LookupError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(bw.description)
+    argv = sys.argv[sys.argv.index("live"):] if "live" in sys.argv else ["live"]
+    command = "proxy bench " + " ".join(shlex.quote(a) for a in argv)
+    for p in policies:
+        for c in budgets:
+            drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
+            delay = f"-delay{ping_delay:g}" if ping_delay else ""
+            tag = f"{bw.name}-{p}-C{c}{drop}{delay}"
+            cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
+                             ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
+                             service=service, phase=phase, ping_lag=ping_lag)
+            r = asyncio.run(run_benchmark(bw, cfg, out, tag, command))
+            typer.echo(f"{tag}: live {100 * r['live']['cei_completeness']:.1f}%  "
+                       f"sim {100 * r['sim']['cei_completeness']:.1f}%  "
+                       f"sim(lag) {100 * r['sim_lag']['cei_completeness']:.1f}%  "
+                       f"probes {r['live']['probes']}  "
+                       f"round-robin {100 * r['readers']['round-robin']['completeness']:.1f}%  "
+                       f"adaptive {100 * r['readers']['adaptive']['completeness']:.1f}%")
+    if doc is not None:
+        _report(out, doc)
+
+
+WORKLOAD_DEFAULTS: dict[str, str] = {
+    "--workload": "poisson", "--trace": str(DEFAULT_TRACE), "--days": "14.0", "--feeds": "100",
+    "--lam": "15.0", "--profiles": "100", "--rank": "3", "--window": "10", "--chronons": "300",
+    "--seed": "1",
+}
+"""The workload options of ``live`` with their defaults (a saved command line is read with these)."""
+
+
+def _workload_from_command(command: str) -> Any:
+    """Rebuild the workload a saved ``proxy bench live …`` command line generated."""
+    from proxy.bench.live import poisson_workload, trace_workload
+
+    opts = dict(WORKLOAD_DEFAULTS)
+    words = shlex.split(command)
+    for i, w in enumerate(words[:-1]):
+        if w in opts:
+            opts[w] = words[i + 1]
+    profiles, rank, window = int(opts["--profiles"]), int(opts["--rank"]), int(opts["--window"])
+    seed, chronons = int(opts["--seed"]), int(opts["--chronons"])
+    if opts["--workload"] == "trace":
+        return trace_workload(Path(opts["--trace"]), chronons=chronons, days=float(opts["--days"]),
+                              profiles=profiles, rank=rank, window=window, seed=seed)
+    return poisson_workload(resources=int(opts["--feeds"]), lam=float(opts["--lam"]), chronons=chronons,
+                            profiles=profiles, rank=rank, window=window, seed=seed)
+
+
+@bench_app.command("reanalyse")
+def reanalyse(
+    out: Annotated[Path, typer.Option(help="Folder of results with their databases and logs.")] = Path(
+        "bench-live"),
+    doc: Annotated[Path | None, typer.Option(help="Then regenerate this markdown.")] = None,
+) -> None:
+    """Recompute every result in --out from its database and publication log (no live run)."""
+    import asyncio
+    import json
+
+    from proxy.bench.live import LiveConfig, analyse, records_from_run
+    from proxy.bench.report import load_results
+
+    results = load_results(out)
+    if not results:
+        typer.echo(f"error: no results in {out}", err=True)
+        raise typer.Exit(2)
+    for old in results:
+        bw = _workload_from_command(old.get("command", ""))
+        fields = {k: v for k, v in old["config"].items() if k in LiveConfig.__dataclass_fields__}
+        cfg = LiveConfig(**fields)
+        rec = asyncio.run(records_from_run(bw, cfg, out, old["tag"], old))
+        new = analyse(bw, cfg, rec)
+        new["tag"], new["command"] = old["tag"], old.get("command", "")
+        (out / f"{old['tag']}.json").write_text(json.dumps(new, indent=1) + "\n", encoding="utf-8")
+        typer.echo(f"{old['tag']}: live {100 * new['live']['cei_completeness']:.1f}%  "
+                   f"sim(lag) {100 * old['sim_lag']['cei_completeness']:.1f}% -> "
+                   f"{100 * new['sim_lag']['cei_completeness']:.1f}%")
+    if doc is not None:
+        _report(out, doc)
+
+
+@bench_app.command("report")
+def report(
+    out: Annotated[Path, typer.Option(help="Folder of result JSON files.")] = Path("bench-live"),
+    doc: Annotated[Path, typer.Option(help="Markdown file to regenerate.")] = Path("docs/benchmarks.md"),
+) -> None:
+    """Regenerate the benchmark page and its PNGs from the results in --out."""
+    _report(out, doc)
+
+
+def _report(out: Path, doc: Path) -> None:
+    from proxy.bench.report import load_results, write_report
+
+    results = load_results(out)
+    if not results:
+        typer.echo(f"error: no results in {out}", err=True)
+        raise typer.Exit(2)
+    command = "proxy bench report --out " + shlex.quote(str(out)) + " --doc " + shlex.quote(str(doc))
+    write_report(results, doc, command, NOTES)
+    typer.echo(f"wrote {doc} from {len(results)} result(s); invoked as: {' '.join(sys.argv[1:])}")

@@ -1,0 +1,799 @@
+"""``proxy bench live``: the real service against the feed farm, beside the simulator and plain readers.
+
+One run (:func:`run_benchmark`):
+
+1. A workload from the simulator's generator in ``reveal=update`` mode
+   (:func:`poisson_workload`, or :func:`trace_workload` over a busy,
+   time-compressed window of a real publication trace).
+2. The feed farm plays the workload's update times: update chronon ``u`` is
+   published at service chronon ``u + phase`` (one trace unit = one chronon)
+   and pings the service's ``/api/v1/feeds/{id}/ping`` for each publication
+   ``ping_lag`` chronons later (optionally dropping or delaying a share more),
+   so the service learns of updates only from pings.  Resource ``i`` is farm feed ``"i"``.
+3. The service (uvicorn, REST, the configured database) gets the feeds and
+   one ``watch`` rule per AuctionWatch profile over the REST API, then runs.
+   Workload chronon 0 is service chronon ``c0`` (a few chronons after set-up):
+   the farm's clock is anchored there.
+4. After ``K`` chronons: ground-truth metrics from the farm's publication log
+   and the service's database (:mod:`proxy.bench.metrics`), the simulator on
+   the same CEIs with the same policy and budget, and the plain-reader
+   baselines at the same total probes (:mod:`proxy.bench.baselines`).
+
+Timing (defaults ``phase=-0.1``, ``ping_lag=0.2``): update ``u`` is published
+just *before* chronon ``u`` starts, so every probe of chronon ``u`` sees it,
+and its ping lands just *after* the tick of ``u``, so the service opens its EI
+``[u, u+W]`` at ``u`` — the generator's EI exactly.  The service decided
+chronon ``u`` before the ping, so the first decision that knows the EI is
+``u+1``.  The paper's simulator reveals the EI at ``u``; the equivalent
+workload for an online proxy fed by pings reveals it at ``u+1``
+(:func:`lagged`) and holds each profile's last, never-completed CEI, which the
+generator drops but the service cannot tell from the others
+(:func:`tail_ceis`).  Both simulator numbers are reported
+(:func:`live_equivalent`).  A positive ``phase`` (published inside chronon
+``u``, no ping lag) makes probes of ``u`` miss the entry; the equivalent EI
+then starts at ``u+1``.
+
+Deliberately not here: markdown and plots (:mod:`proxy.bench.report`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import math
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from proxy.bench.baselines import AdaptiveParams, match_probes, probes_to_reach
+from proxy.bench.metrics import (
+    ProbeRec,
+    Pub,
+    budget_per_chronon,
+    cei_outcome,
+    completeness_curve,
+    entry_outcome,
+    quantiles,
+)
+from proxy.core.model import CEI, EI, Workload
+
+PHASE = -0.1
+"""When update ``u`` is published, in chronons from the start of chronon ``u`` (default)."""
+PING_LAG = 0.2
+"""How long (chronons) the farm holds each ping, so it lands after the tick of the update's chronon."""
+
+
+class BenchError(ValueError):
+    """A benchmark setting that cannot work; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchWorkload:
+    """A generated workload plus what the live run needs to rebuild it as feeds and rules."""
+
+    name: str
+    workload: Workload
+    updates: tuple[tuple[int, ...], ...]
+    watched: tuple[tuple[int, ...], ...]
+    """Per profile with at least one CEI: its feeds, in EI order."""
+    profile_names: tuple[str, ...]
+    """The workload's profile name of each ``watched`` entry."""
+    window: int
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """How the service runs: policy, budget, chronon length, database, ping faults."""
+
+    policy: str = "mrsf-p"
+    budget: int = 1
+    chronon_seconds: float = 0.1
+    database_url: str | None = None
+    feed_window: int = 20
+    ping_drop_rate: float = 0.0
+    ping_delay: float = 0.0
+    seed: int = 1
+    lead_chronons: int = 10
+    service: str = "process"
+    """``process`` (``proxy serve`` in a child process) or ``inline`` (this event loop)."""
+    phase: float = PHASE
+    ping_lag: float = PING_LAG
+
+
+# ---------------------------------------------------------------------- workloads
+
+
+def poisson_workload(
+    *, resources: int, profiles: int, chronons: int, lam: float, rank: int, window: int, seed: int,
+    budget: int = 1, exact_rank: bool = False,
+) -> BenchWorkload:
+    """The paper's baseline-like workload (Table 1) with EIs revealed at their update."""
+    import numpy as np
+
+    from proxy.sim.generate import GenParams, Reveal, generate, poisson_updates
+
+    params = GenParams(resources=resources, profiles=profiles, chronons=chronons, budget=budget,
+                       lam=lam, rank=rank, window=window, reveal=Reveal.UPDATE, exact_rank=exact_rank)
+    params.check()
+    # generate() draws the updates first from the same seed: replay that draw to keep them.
+    updates = poisson_updates(np.random.default_rng(seed), resources, chronons, lam)
+    wl = generate(params, seed, updates)
+    desc = (f"Poisson: {resources} feeds, lambda={lam:g} updates per feed per {chronons} chronons, "
+            f"{profiles} AuctionWatch profiles of rank <= {rank}, window W={window}, seed {seed}")
+    return _bench_workload("poisson", wl, updates, window, desc)
+
+
+def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, int]:
+    """The ``days``-long window of the trace holding the most usable timestamps: (start, end, count)."""
+    import csv
+
+    from proxy.sim.traces import DEFAULT_NOT_BEFORE, parse_timestamp
+
+    stamps: list[dt.datetime] = []
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            next(reader, None)
+            for row in reader:
+                if len(row) >= 2:
+                    ts = parse_timestamp(row[1])
+                    if ts is not None and ts >= DEFAULT_NOT_BEFORE:
+                        stamps.append(ts)
+    except OSError as exc:
+        raise BenchError(f"trace {path}: cannot read: {exc}") from exc
+    if not stamps:
+        raise BenchError(f"trace {path}: no usable timestamps")
+    stamps.sort()
+    span = dt.timedelta(days=days)
+    best, best_i, j = 0, 0, 0
+    for i, s in enumerate(stamps):
+        while j < len(stamps) and stamps[j] < s + span:
+            j += 1
+        if j - i > best:
+            best, best_i = j - i, i
+    start = stamps[best_i]
+    return start, start + span, best
+
+
+def trace_workload(
+    path: Path, *, chronons: int, days: float, profiles: int, rank: int, window: int, seed: int,
+    budget: int = 1,
+) -> BenchWorkload:
+    """The busiest ``days`` of a real trace compressed onto ``chronons``; profiles on updated feeds."""
+    from proxy.sim.generate import GenParams, Reveal, generate
+    from proxy.sim.traces import load_trace
+
+    start, end, count = busiest_window(path, days)
+    trace = load_trace(path, chronons, start=start, end=end)
+    updates = [list(u) for u in trace.updates]
+    params = GenParams(resources=len(updates), profiles=profiles, chronons=chronons, budget=budget,
+                       rank=rank, window=window, reveal=Reveal.UPDATE)
+    wl = generate(params, seed, updates, updated_only=True)
+    minutes = days * 24 * 60 / chronons
+    desc = (f"real trace {path.name}: {len(updates)} feeds, busiest {days:g} days "
+            f"({start:%Y-%m-%d} to {end:%Y-%m-%d}, {count} timestamps, "
+            f"{sum(map(len, updates))} distinct feed-chronon updates), one chronon = {minutes:.0f} min "
+            f"of trace; {profiles} AuctionWatch profiles of rank <= {rank} on updated feeds, "
+            f"window W={window}, seed {seed}")
+    return _bench_workload("trace", wl, updates, window, desc)
+
+
+def _bench_workload(
+    name: str, wl: Workload, updates: Sequence[Sequence[int]], window: int, desc: str,
+) -> BenchWorkload:
+    watched: dict[str, tuple[int, ...]] = {}
+    for cei in wl.ceis:
+        watched.setdefault(cei.profile, tuple(ei.resource for ei in cei.eis))
+    return BenchWorkload(name, wl, tuple(tuple(u) for u in updates),
+                         tuple(watched.values()), tuple(watched), window, desc)
+
+
+def lagged(wl: Workload, *, shift_start: bool = False) -> Workload:
+    """The workload as an online proxy fed by pings can serve it: each EI known one chronon later.
+
+    EI ``[u, f]`` is revealed at ``u+1``; with ``shift_start`` (the entry
+    appears only during chronon ``u``, after its probes) it also becomes
+    ``[u+1, f]``.  Values are kept within ``f`` and the last chronon.
+    """
+    k = wl.chronons
+    ceis = []
+    for c in wl.ceis:
+        eis = []
+        for e in c.eis:
+            later = min(e.start + 1, e.finish, k - 1) if shift_start else e.start
+            eis.append(EI(e.resource, later, e.finish, min(e.start + 1, k - 1)))
+        ceis.append(CEI(c.id, c.profile, tuple(eis)))
+    return replace(wl, ceis=tuple(ceis))
+
+
+def tail_ceis(bw: BenchWorkload) -> tuple[CEI, ...]:
+    """Each profile's last, never-completed CEI, as an online proxy holds it until the end.
+
+    The generator drops a profile's CEI once some watched feed has no later
+    update, but the service cannot know that: it opens the CEI at the first
+    notification and may spend probes on it.  Each tail CEI gets a phantom EI
+    revealed at the last chronon, so the engine keeps it unsealed all along,
+    exactly as the service does.  Scores never count these CEIs.
+    """
+    from bisect import bisect_right
+
+    wl = bw.workload
+    k, w = wl.chronons, bw.window
+    last: dict[str, int] = {}
+    for c in wl.ceis:
+        last[c.profile] = max(last.get(c.profile, -1), max(e.start for e in c.eis))
+    out = []
+    for name, feeds in zip(bw.profile_names, bw.watched, strict=True):
+        eis = []
+        for r in feeds:
+            ups = bw.updates[r]
+            i = bisect_right(ups, last[name])
+            if i < len(ups):
+                eis.append(EI(r, ups[i], min(ups[i] + w, k - 1), ups[i]))
+        if eis:
+            eis.append(EI(feeds[0], k - 1, k - 1, k - 1))
+            out.append(CEI(f"tail-{name}", name, tuple(eis)))
+    return tuple(out)
+
+
+def unclamped(bw: BenchWorkload) -> BenchWorkload:
+    """``bw`` on a horizon of ``K + W`` chronons with every EI its full ``[u, u+W]``.
+
+    The generator clips windows at the last chronon ``K-1``; the service
+    does not know the run ends and keeps ``[u, u+W]``, so near the end the
+    clipped deadlines would make the simulator rush where the service does
+    not.  Simulate on this and keep only probes before ``K``.
+    """
+    wl, w = bw.workload, bw.window
+    ceis = tuple(replace(c, eis=tuple(replace(e, finish=e.start + w) for e in c.eis)) for c in wl.ceis)
+    return replace(bw, workload=replace(wl, chronons=wl.chronons + w, ceis=ceis))
+
+
+def live_equivalent(bw: BenchWorkload, *, shift_start: bool = False) -> Workload:
+    """What the live proxy faces: the CEIs plus the tail CEIs, every EI known one chronon later."""
+    wl = bw.workload
+    return lagged(replace(wl, ceis=wl.ceis + tail_ceis(bw)), shift_start=shift_start)
+
+
+def service_labelled(
+    eq: Workload, bw: BenchWorkload, rule_ids: Sequence[int], resources: Sequence[int],
+) -> Workload:
+    """``eq`` with the identifiers the service gave: resources, and CEI ids ``r{rule}:{seq}``.
+
+    Policies break ties by resource number and CEI id; the generator's ids
+    follow release order, which at C=1 is worth a few points on its own, so
+    the simulator is compared on the service's ids.  A tail CEI gets the next
+    sequence number of its rule, as in the service.
+    """
+    rule_of = dict(zip(bw.profile_names, rule_ids, strict=True))
+    seq: dict[str, int] = {}
+    ceis = []
+    for c in sorted(eq.ceis, key=lambda c: c.id.startswith("tail-")):
+        n = seq.get(c.profile, 0)
+        seq[c.profile] = n + 1
+        eis = tuple(replace(e, resource=resources[e.resource]) for e in c.eis)
+        ceis.append(CEI(f"r{rule_of[c.profile]}:{n}", c.profile, eis))
+    return replace(eq, ceis=tuple(ceis), resources=max(resources, default=-1) + 1)
+
+
+# ---------------------------------------------------------------------- the live run
+
+
+class AnchoredClock:
+    """The farm's clock: 0 until :meth:`anchor` names the wall time of trace time 0, then seconds since.
+
+    The farm starts trace time at its own start; the service's chronon origin
+    is known only later, so the farm starts frozen at 0 and the benchmark
+    anchors it on the service's clock (schedules hold no event at trace time 0).
+    """
+
+    def __init__(self) -> None:
+        self._anchor: float | None = None
+
+    def anchor(self, wall: float) -> None:
+        self._anchor = wall
+
+    def now(self) -> float:
+        if self._anchor is None:
+            return 0.0
+        return max(0.0, time.time() - self._anchor)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRecords:
+    """What one live run left behind, already in workload chronons."""
+
+    pubs: tuple[Pub, ...]
+    pub_entry_ids: tuple[str, ...]
+    probes: tuple[ProbeRec, ...]
+    stored_entries: frozenset[str]
+    service_ceis: dict[str, int] = field(default_factory=dict)
+    """The service's own CEI states: ``{"captured": …, "missed": …, "pending": …}``."""
+    service_eis: tuple[tuple[int, int, int, int], ...] = ()
+    rule_ids: tuple[int, ...] = ()
+    """The service's rule id of each profile (``bw.watched`` order)."""
+    resources: tuple[int, ...] = ()
+    """The service's engine resource of each farm feed ``0..n-1``."""
+    """``(profile index, rank position, resource, start)`` of every EI the service recorded."""
+    pings: dict[str, int] = field(default_factory=dict)
+    max_jitter_s: float = 0.0
+    setup_s: float = 0.0
+    max_busy: int = 0
+    """Most feeds at once in flight or waiting for their probe to be written."""
+    max_backlog: int = 0
+    """Longest queue of the service's persistence writer."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def within_text(window: int, chronon_seconds: float) -> str:
+    """``window`` chronons as a whole-second rule duration; refuses lengths that do not divide."""
+    seconds = window * chronon_seconds
+    if abs(seconds - round(seconds)) > 1e-6 or round(seconds) < 1:
+        raise BenchError(
+            f"window {window} x chronon {chronon_seconds:g} s = {seconds:g} s: rule durations are whole "
+            "seconds; pick a chronon length that makes it one (e.g. 0.1 or 0.2 s with W=10)")
+    return f"{round(seconds)}s"
+
+
+class _ServiceRunner:
+    """The service under test, in this process (``inline``) or as ``proxy serve`` (``process``).
+
+    A separate process is the default: the farm's publications, pings and
+    feed documents then do not compete with the service's chronon loop for
+    one event loop, as they would not in production.
+    """
+
+    def __init__(self, mode: str, settings: Any, env: dict[str, str]) -> None:
+        if mode not in ("process", "inline"):
+            raise BenchError(f"service mode must be 'process' or 'inline', got {mode!r}")
+        self.mode = mode
+        self.settings = settings
+        self.env = env
+        self.base = f"http://127.0.0.1:{settings.port}"
+        self._proc: asyncio.subprocess.Process | None = None
+        self._server: Any = None
+        self._task: asyncio.Task[Any] | None = None
+        self.service: Any = None
+
+    async def start(self) -> str:
+        """Start the service; returns an API key."""
+        import httpx
+
+        from proxy.store import Store, upgrade_database
+
+        await upgrade_database(self.settings.database_url)
+        store = Store.from_url(self.settings.database_url)
+        try:
+            _uid, key = await store.create_user("bench")
+        finally:
+            await store.close()
+        if self.mode == "inline":
+            import uvicorn
+
+            from proxy.api import make_app
+            from proxy.service import ProxyService
+
+            self.service = ProxyService(self.settings, housekeeping=False)
+            app = make_app(self.settings, service=self.service)
+            self._server = uvicorn.Server(uvicorn.Config(
+                app, host="127.0.0.1", port=self.settings.port, log_level="warning", access_log=False,
+                lifespan="on"))
+            self._task = asyncio.create_task(self._server.serve())
+        else:
+            import os
+            import sys
+
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "proxy.cli", "serve", env={**os.environ, **self.env},
+                stdout=asyncio.subprocess.DEVNULL)
+        async with httpx.AsyncClient(base_url=self.base, timeout=2) as client:
+            for _ in range(600):
+                if self._proc is not None and self._proc.returncode is not None:
+                    raise BenchError(f"proxy serve exited with status {self._proc.returncode} at start-up")
+                if self._task is not None and self._task.done():
+                    self._task.result()
+                    raise BenchError("the API server stopped during start-up")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get("/readyz")).status_code == 200:
+                        return key
+                await asyncio.sleep(0.05)
+        raise BenchError("the service did not become ready within 30 s")
+
+    async def clock(self) -> Any:
+        """The service's chronon clock, from the origin it persisted."""
+        from proxy.service.clock import ChrononClock
+        from proxy.store import Store
+
+        store = Store.from_url(self.settings.database_url)
+        try:
+            saved = await store.get_state("chronon_origin")
+        finally:
+            await store.close()
+        if saved is None:
+            raise BenchError("the service has not persisted its chronon origin")
+        return ChrononClock(dt.datetime.fromisoformat(saved["origin"]), float(saved["length"]))
+
+    async def stop(self) -> None:
+        """Stop gracefully: the service writes what it queued before it exits."""
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.terminate()
+            try:
+                await asyncio.wait_for(self._proc.wait(), timeout=30)
+            except TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+
+
+async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> LiveRecords:
+    """Run the service on ``bw`` for its ``K`` chronons and read back what happened."""
+    import httpx
+    import structlog
+
+    from proxy.settings import env_name, load_settings
+    from proxy.sim.feedfarm import FeedFarm, TraceEvent
+
+    wl = bw.workload
+    k, n, length = wl.chronons, wl.resources, cfg.chronon_seconds
+    within = within_text(bw.window, length)
+    if not -1 < cfg.phase < 1 or cfg.ping_lag < 0:
+        raise BenchError(f"need -1 < phase < 1 and ping_lag >= 0, got {cfg.phase}, {cfg.ping_lag}")
+    out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 -- once, before anything runs
+    db_url = cfg.database_url
+    if db_url is None:
+        db_file = out / f"{tag}.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db_file}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240 -- before the run
+        db_url = f"sqlite+aiosqlite:///{db_file}"
+    log_path = out / f"{tag}-pubs.jsonl"
+    log_path.unlink(missing_ok=True)
+    values: dict[str, Any] = {
+        "database_url": db_url, "chronon_seconds": length, "budget": cfg.budget, "policy": cfg.policy,
+        "allow_private_networks": True, "host": "127.0.0.1", "port": _free_port(),
+        # Every farm feed shares host 127.0.0.1: no politeness delay, wide concurrency.
+        "per_host_concurrency": 512, "per_host_min_delay_seconds": 0.0,
+        # One log line per probe would cost more CPU than the probe.
+        "log_level": "WARNING",
+    }
+    settings = load_settings(**values)
+    env = {env_name(key): str(v).lower() if isinstance(v, bool) else str(v) for key, v in values.items()}
+    # Farm trace time 0 is one chronon before workload chronon 0, so no event is due at once.
+    events = sorted((u + 1 + cfg.phase, r) for r, ups in enumerate(bw.updates) for u in ups)
+    schedule = [TraceEvent(t, str(r)) for t, r in events]
+    clock = AnchoredClock()
+    saved_log = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        cache_logger_on_first_use=False)
+    runner = _ServiceRunner(cfg.service, settings, env)
+    began = time.time()
+    busy: list[tuple[int, int]] = []
+    try:
+        async with FeedFarm(feeds=[str(i) for i in range(n)], window=cfg.feed_window, prefill=1,
+                            clock=clock, drive=True, seconds_per_trace_unit=length,
+                            schedule=schedule, log_path=log_path, ping_drop_rate=cfg.ping_drop_rate,
+                            ping_delay=cfg.ping_delay + cfg.ping_lag * length,
+                            ping_seed=cfg.seed) as farm:
+            try:
+                key = await runner.start()
+                base = runner.base
+                async with httpx.AsyncClient(base_url=base, timeout=30,
+                                             headers={"Authorization": f"Bearer {key}"}) as api:
+                    gate = asyncio.Semaphore(8)  # a few registrations at once; the database serialises
+
+                    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+                        async with gate:
+                            resp = await api.post(path, json=body)
+                        resp.raise_for_status()
+                        return dict(resp.json())
+
+                    feeds_out = await asyncio.gather(
+                        *(post("/api/v1/feeds", {"url": farm.url(str(r))}) for r in range(n)))
+                    feed_ids = [int(b["id"]) for b in feeds_out]
+                    for r, b in enumerate(feeds_out):
+                        farm.set_ping_target(str(r), f"{base}/api/v1/feeds/{b['id']}/ping",
+                                             {"X-Ping-Token": b["ping_token"]})
+                    profiles_out = await asyncio.gather(*(
+                        post("/api/v1/profiles", {"name": f"p{p}", "rules": [{"name": "watch", "watch": {
+                            "feeds": [str(feed_ids[r]) for r in feeds], "within": within}}]})
+                        for p, feeds in enumerate(bw.watched)))
+                    rule_of = {int(b["rules"][0]["id"]): p for p, b in enumerate(profiles_out)}
+                    sclock = await runner.clock()
+                    c0 = sclock.current() + cfg.lead_chronons
+                    anchor = sclock.start_of(c0).timestamp()
+                    clock.anchor(anchor - length)
+                    setup_s = time.time() - began
+                    # Sample the service's load: probes in flight or awaiting persistence
+                    # are excluded from selection, so a backlog shows up as misses.
+                    while (left := anchor + k * length - time.time()) > 0:
+                        await asyncio.sleep(min(left, 0.5))
+                        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                            ready = (await api.get("/readyz")).json()
+                            busy.append((int(ready["inflight"]), int(ready["backlog"])))
+                    await farm.drain_pings(at_most=5.0)
+                    # Probes started in the last chronons finish and are written; later ones
+                    # are outside the run and ignored when reading back.
+                    await asyncio.sleep(max(0.5, 5 * length))
+                    pings: dict[str, int] = {}
+                    for ping in farm.pings:
+                        pings[ping.outcome] = pings.get(ping.outcome, 0) + 1
+            finally:
+                await runner.stop()
+    finally:
+        structlog.configure(**saved_log)
+    rec = await _read_back(db_url, log_path, feed_ids, rule_of, c0, anchor, length, k, pings, setup_s)
+    return replace(rec, max_busy=max((b for b, _ in busy), default=0),
+                   max_backlog=max((q for _, q in busy), default=0))
+
+
+def _as_dt(value: Any) -> dt.datetime:
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    assert isinstance(value, dt.datetime)
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+async def _read_back(
+    db_url: str, log_path: Path, feed_ids: list[int], rule_of: dict[int, int], c0: int,
+    anchor: float, length: float, k: int, pings: dict[str, int], setup_s: float,
+) -> LiveRecords:
+    """Probes, CEIs and entries from the database; publications from the farm's log."""
+    from sqlalchemy import text
+
+    from proxy.sim.feedfarm import load_publications
+    from proxy.store import make_engine
+
+    res = {fid: r for r, fid in enumerate(feed_ids)}
+
+    def ch(when: float) -> float:
+        return (when - anchor) / length
+
+    pubs: list[Pub] = []
+    entry_ids: list[str] = []
+    for pub in load_publications(log_path):
+        pubs.append(Pub(int(pub.feed_id), ch(pub.wall_time)))
+        entry_ids.append(pub.entry_id)
+    engine = make_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            probes = [
+                ProbeRec(res[int(f)], int(c) - c0, ch(_as_dt(s).timestamp()),
+                         o in ("ok", "not_modified"))
+                for f, c, s, o in await conn.execute(text(
+                    "SELECT feed_id, chronon, started_at, outcome FROM probes WHERE chronon IS NOT NULL"))
+                if int(f) in res and 0 <= int(c) - c0 < k
+            ]
+            stored = frozenset(str(i) for (i,) in await conn.execute(text("SELECT identity FROM entries")))
+            states: dict[str, int] = {}
+            for state, count in await conn.execute(text("SELECT state, COUNT(*) FROM ceis GROUP BY state")):
+                states[str(state)] = int(count)
+            eis = tuple(
+                (rule_of[int(rule)], int(o), res[int(f)], int(s) - c0)
+                for rule, o, f, s in await conn.execute(text(
+                    "SELECT c.rule_id, e.ordinal, e.feed_id, e.start FROM eis e JOIN ceis c ON c.id = e.cei_id"))
+                if rule is not None and int(rule) in rule_of
+            )
+            resource_of = {int(i): int(r) for i, r in await conn.execute(text(
+                "SELECT id, resource FROM feeds"))}
+            jitter = (await conn.execute(text(
+                "SELECT MAX(tick_jitter_seconds) FROM chronon_metrics WHERE chronon >= :a AND chronon < :b"),
+                {"a": c0, "b": c0 + k})).scalar()
+    finally:
+        await engine.dispose()
+    rules = tuple(sorted(rule_of, key=rule_of.__getitem__))
+    return LiveRecords(tuple(pubs), tuple(entry_ids), tuple(probes), stored, states, eis, rules,
+                       tuple(resource_of[f] for f in feed_ids), pings, float(jitter or 0.0), setup_s)
+
+
+async def records_from_run(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
+                           saved: dict[str, Any]) -> LiveRecords:
+    """Rebuild a finished run's records from its database and publication log (to re-analyse it).
+
+    The feed and rule numbering come from the database (farm feed URLs,
+    profile names ``p{i}``), workload chronon 0 from the persisted chronon
+    origin and the publications' farm trace times; pings and load samples
+    from the earlier result ``saved``.
+    """
+    from sqlalchemy import text
+
+    from proxy.sim.feedfarm import load_publications
+    from proxy.store import make_engine
+
+    db_url = cfg.database_url or f"sqlite+aiosqlite:///{out / f'{tag}.sqlite3'}"
+    log_path = out / f"{tag}-pubs.jsonl"
+    length = cfg.chronon_seconds
+    engine = make_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            farm_of = {int(i): int(str(u).rsplit("/", 1)[1].split(".")[0])
+                       for i, u in await conn.execute(text("SELECT id, url FROM feeds"))}
+            names = {str(n): int(r) for r, n in await conn.execute(text(
+                "SELECT r.id, p.name FROM rules r JOIN profiles p ON p.id = r.profile_id"))}
+            origin = (await conn.execute(text(
+                "SELECT value FROM service_state WHERE key = 'chronon_origin'"))).scalar()
+    finally:
+        await engine.dispose()
+    if origin is None:
+        raise BenchError(f"{db_url}: no chronon origin; is this a benchmark database?")
+    start = dt.datetime.fromisoformat((json.loads(origin) if isinstance(origin, str) else origin)["origin"])
+    by_farm = {r: i for i, r in farm_of.items()}
+    feed_ids = [by_farm[r] for r in range(bw.workload.resources)]
+    rule_of = {names[f"p{p}"]: p for p in range(len(bw.watched))}
+    # Farm trace time T of update u is u + 1 + phase, at wall origin + (c0 - 1 + T) * length.
+    offsets = [round((p.wall_time - start.timestamp()) / length - p.trace_time + 1)
+               for p in load_publications(log_path)]
+    c0 = max(set(offsets), key=offsets.count)
+    anchor = start.timestamp() + c0 * length
+    live = saved["live"]
+    rec = await _read_back(db_url, log_path, feed_ids, rule_of, c0, anchor, length, bw.workload.chronons,
+                           dict(live["pings"]), float(live["setup_s"]))
+    return replace(rec, max_busy=int(live.get("max_busy", 0)),
+                   max_backlog=int(live.get("max_writer_backlog", 0)))
+
+
+# ---------------------------------------------------------------------- the whole benchmark
+
+
+def _published_map(pubs: Sequence[Pub], phase: float) -> dict[tuple[int, int], float]:
+    """(resource, update chronon) → publication time in chronons (the first of that chronon)."""
+    out: dict[tuple[int, int], float] = {}
+    for p in pubs:
+        key = (p.resource, math.floor(p.time - phase + 0.5))
+        out.setdefault(key, p.time)
+    return out
+
+
+def _ei_agreement(bw: BenchWorkload, rec: LiveRecords) -> tuple[int, int]:
+    """How many of the generator's EIs the service recorded with the same feed and start."""
+    mapping = {name: i for i, name in enumerate(bw.profile_names)}
+    want = {(mapping[c.profile], e.resource, e.start) for c in bw.workload.ceis for e in c.eis}
+    got = {(p, r, s) for p, _o, r, s in rec.service_eis}
+    return len(want & got), len(want)
+
+
+def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
+            adaptive: AdaptiveParams | None = None) -> dict[str, Any]:
+    """Every figure of one run: live ground truth, the simulator twice, the two readers."""
+    from proxy.sim.run import simulate
+
+    wl = replace(bw.workload, budget=type(bw.workload.budget)(cfg.budget))
+    k = wl.chronons
+    published = _published_map(rec.pubs, cfg.phase)
+    live = cei_outcome(wl.ceis, rec.probes, published)
+    entries = entry_outcome(rec.pubs, rec.probes, cfg.feed_window)
+    used = budget_per_chronon(rec.probes, k)
+    probes = sum(used)
+    sim = simulate(wl, cfg.policy)
+    # The live-equivalent simulator: tail CEIs included (the proxy probes for them too),
+    # EIs usable one chronon later; scored on the generator's CEIs only.
+    shift = cfg.phase > 0
+    equivalent = replace(live_equivalent(unclamped(bw), shift_start=shift), budget=wl.budget)
+    back = {res: r for r, res in enumerate(rec.resources)}
+    sim_lag = simulate(service_labelled(equivalent, bw, rec.rule_ids, rec.resources), cfg.policy)
+    sim_probes = [ProbeRec(r, t, float(t)) for t, r in sim.schedule]
+    sim_lag_probes = [ProbeRec(back[r], t, float(t)) for t, r in sim_lag.schedule if t < k]
+    lag_outcome = cei_outcome(lagged(wl, shift_start=shift).ceis, sim_lag_probes)
+    # The same with the generator's ids, to show what tie-breaking alone is worth.
+    gen_ids = simulate(equivalent, cfg.policy)
+    gen_ids_outcome = cei_outcome(lagged(wl, shift_start=shift).ceis,
+                                  [ProbeRec(r, t, float(t)) for t, r in gen_ids.schedule if t < k])
+    sim_pubs = [Pub(r, float(u)) for r, ups in enumerate(bw.updates) for u in ups]
+    ap = adaptive or AdaptiveParams(max_interval=max(2, k // 2), lookback=max(1, k // 5),
+                                    window=cfg.feed_window)
+    feeds = sorted({r for w in bw.watched for r in w})
+    sub_updates = [bw.updates[r] for r in feeds]
+    remap = {r: i for i, r in enumerate(feeds)}
+    sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
+                     for c in wl.ceis)
+    readers: dict[str, Any] = {}
+    for kind in ("round-robin", "adaptive"):
+        eq = match_probes(kind, sub_ceis, sub_updates, k, probes, ap)
+        need = probes_to_reach(kind, sub_ceis, sub_updates, k, live.completeness, ap)
+        readers[kind] = {"probes": eq.probes, "completeness": eq.completeness,
+                         "probes_to_match": need.probes if need else None,
+                         "completeness_at_match": need.completeness if need else None}
+    agree, total_eis = _ei_agreement(bw, rec)
+    curve_live = completeness_curve(live, k)
+    curve_sim = completeness_curve(cei_outcome(wl.ceis, sim_probes), k)
+    curve_lag = completeness_curve(lag_outcome, k)
+    return {
+        "workload": bw.name,
+        "description": bw.description,
+        "config": asdict(cfg) | {"database_url": _redact(cfg.database_url)},
+        "chronons": k,
+        "feeds": wl.resources,
+        "profiles": len(bw.watched),
+        "ceis": len(wl.ceis),
+        "publications": len(rec.pubs),
+        "live": {
+            "cei_completeness": live.completeness,
+            "captured": live.captured,
+            "service_states": rec.service_ceis,
+            "entry_completeness": entries.completeness,
+            "entries_stored": sum(1 for e in rec.pub_entry_ids if e in rec.stored_entries),
+            "delay_chronons": quantiles(entries.delays),
+            "delays": [round(d, 3) for d in entries.delays],
+            "probes": probes,
+            "failed_probes": sum(1 for p in rec.probes if not p.ok),
+            "budget_mean": probes / k,
+            "budget_full_share": sum(1 for u in used if u >= cfg.budget) / k,
+            "budget_max": max(used, default=0),
+            "eis_agree": agree,
+            "eis_total": total_eis,
+            "pings": rec.pings,
+            "max_tick_jitter_s": rec.max_jitter_s,
+            "setup_s": rec.setup_s,
+            "max_busy": rec.max_busy,
+            "max_writer_backlog": rec.max_backlog,
+        },
+        "sim": {"cei_completeness": sim.completeness, "probes": sim.probes,
+                "entry_completeness": entry_outcome(sim_pubs, sim_probes, cfg.feed_window).completeness},
+        "sim_lag": {"cei_completeness": lag_outcome.completeness, "probes": len(sim_lag_probes),
+                    "entry_completeness":
+                        entry_outcome([Pub(p.resource, p.time + shift) for p in sim_pubs], sim_lag_probes,
+                                      cfg.feed_window).completeness},
+        "sim_lag_generator_ids": {"cei_completeness": gen_ids_outcome.completeness},
+        "readers": readers,
+        "curves": {"live": _thin(curve_live), "sim": _thin(curve_sim), "sim_lag": _thin(curve_lag)},
+    }
+
+
+def _thin(curve: list[float], points: int = 200) -> list[float | None]:
+    step = max(1, len(curve) // points)
+    return [None if math.isnan(v) else round(v, 4) for v in curve[::step]]
+
+
+def _redact(url: str | None) -> str | None:
+    if url is None or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+async def run_benchmark(
+    bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str, command: str = "",
+) -> dict[str, Any]:
+    """One live run plus its analysis, saved as ``out/{tag}.json`` (``command``: how it was invoked)."""
+    rec = await run_live(bw, cfg, out, tag)
+    result = analyse(bw, cfg, rec)
+    result["tag"] = tag
+    result["command"] = command
+    (out / f"{tag}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+__all__ = [
+    "PHASE",
+    "PING_LAG",
+    "AnchoredClock",
+    "BenchError",
+    "BenchWorkload",
+    "LiveConfig",
+    "LiveRecords",
+    "analyse",
+    "busiest_window",
+    "lagged",
+    "live_equivalent",
+    "poisson_workload",
+    "records_from_run",
+    "run_benchmark",
+    "run_live",
+    "service_labelled",
+    "tail_ceis",
+    "trace_workload",
+    "unclamped",
+    "within_text",
+]

@@ -1,0 +1,169 @@
+"""The live benchmark end to end on a tiny workload, and its CLI and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from proxy.bench.live import BenchError, LiveConfig, poisson_workload, run_benchmark, within_text
+from proxy.bench.report import load_results, write_report
+from proxy.cli import app
+
+
+def test_within_text_needs_whole_seconds() -> None:
+    assert within_text(10, 0.1) == "1s"
+    assert within_text(10, 0.2) == "2s"
+    with pytest.raises(BenchError, match="whole"):
+        within_text(10, 0.25)
+
+
+def test_poisson_workload_keeps_every_update_and_each_profiles_feeds() -> None:
+    bw = poisson_workload(resources=20, profiles=10, chronons=100, lam=5, rank=2, window=5, seed=3)
+    starts = {(e.resource, e.start) for c in bw.workload.ceis for e in c.eis}
+    updates = {(r, u) for r, ups in enumerate(bw.updates) for u in ups}
+    assert starts <= updates  # every EI is an update the farm will publish
+    for cei in bw.workload.ceis:
+        i = bw.profile_names.index(cei.profile)
+        assert tuple(e.resource for e in cei.eis) == bw.watched[i]
+        assert all(e.reveal == e.start for e in cei.eis)  # reveal=update
+
+
+@pytest.mark.slow
+async def test_tiny_live_run_agrees_with_its_ground_truth(tmp_path: Path) -> None:
+    bw = poisson_workload(resources=8, profiles=5, chronons=40, lam=5, rank=2, window=5, seed=2)
+    cfg = LiveConfig(policy="mrsf-p", budget=3, chronon_seconds=0.2, service="inline", lead_chronons=5)
+    r = await run_benchmark(bw, cfg, tmp_path, "tiny")
+    live = r["live"]
+    assert r["publications"] == sum(len(u) for u in bw.updates)  # the farm played the whole schedule
+    assert live["pings"].get("sent", 0) >= 0.9 * r["publications"]
+    assert live["probes"] > 0 and live["budget_max"] <= 3
+    assert live["failed_probes"] == 0
+    # The service opened the generator's EIs from pings (a few may land a chronon late on a
+    # loaded machine, which also regroups that profile's later CEIs).
+    assert live["eis_agree"] >= 0.6 * live["eis_total"]
+    assert 0 < live["cei_completeness"] <= 1
+    # Every published entry the probes saw is in the database.
+    assert live["entries_stored"] >= live["entry_completeness"] * r["publications"] - 1e-9
+    assert r["readers"]["round-robin"]["probes"] == live["probes"]
+    saved = json.loads((tmp_path / "tiny.json").read_text())
+    assert saved["live"]["cei_completeness"] == live["cei_completeness"]
+    # Re-analysis from the database and the publication log reproduces the run's figures.
+    from proxy.bench.live import analyse, records_from_run
+
+    again = analyse(bw, cfg, await records_from_run(bw, cfg, tmp_path, "tiny", saved))
+    for key in ("cei_completeness", "entry_completeness", "probes", "eis_agree", "entries_stored"):
+        assert again["live"][key] == live[key], key
+    assert again["sim_lag"] == r["sim_lag"]
+
+
+def _fake_result(tag: str, policy: str, budget: int, live: float) -> dict[str, object]:
+    reader = {"probes": 100, "completeness": 0.1, "probes_to_match": 900, "completeness_at_match": live}
+    return {
+        "tag": tag, "workload": "poisson", "description": "hand-made", "command": "proxy bench live …",
+        "config": {"policy": policy, "budget": budget, "chronon_seconds": 0.2, "ping_drop_rate": 0.0,
+                   "ping_delay": 0.0},
+        "chronons": 4, "feeds": 2, "profiles": 1, "ceis": 2, "publications": 3,
+        "live": {"cei_completeness": live, "service_states": {"captured": 2}, "entry_completeness": 1.0,
+                 "delay_chronons": {"p50": 0.5, "p90": 1.5}, "delays": [0.5, 1.5], "probes": 100,
+                 "budget_mean": 0.5, "budget_full_share": 0.25, "eis_agree": 3, "eis_total": 4},
+        "sim": {"cei_completeness": 0.9}, "sim_lag": {"cei_completeness": 0.9},
+        "readers": {"round-robin": reader, "adaptive": reader},
+        "curves": {"live": [None, 0.5, 1.0, 1.0], "sim": [None, 1, 1, 1], "sim_lag": [None, 1, 1, 1]},
+    }
+
+
+def test_report_writes_table_targets_and_pngs(tmp_path: Path) -> None:
+    for tag, policy, c, live in (("a", "mrsf-p", 1, 0.88), ("b", "s-edf-p", 2, 0.5)):
+        (tmp_path / f"{tag}.json").write_text(json.dumps(_fake_result(tag, policy, c, live)))
+    (tmp_path / "other.json").write_text("[]")  # not a result: ignored
+    results = load_results(tmp_path)
+    assert [r["tag"] for r in results] == ["a", "b"]
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    write_report(results, doc, "proxy bench report", "notes")
+    text = doc.read_text()
+    assert "| mrsf-p | 1 | 0.0 | 88.0 | 90.0 | – | 90.0 | -2.0 | 100.0 | 75.0 |" in text
+    assert "| mrsf-p | 1 | 0.0 | 100 | 0.50 of 1 (25.0% full) | 100.0 | 0.5 / 1.5 | 10.0 | 10.0 | 900 (9.0×) |" in text
+    assert "poisson mrsf-p C=1: live − sim(lag) -2.0 points (met)" in text
+    assert "poisson s-edf-p C=2: live − sim(lag) -40.0 points (MISSED)" in text
+    assert "readers need ≥ 9.0× the probes (met)" in text
+    assert (doc.parent / "img" / "bench_poisson_completeness.png").stat().st_size > 1000
+    assert (doc.parent / "img" / "bench_poisson_delays.png").stat().st_size > 1000
+
+
+def test_cli_refuses_an_unknown_workload_and_policy(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "live", "--workload", "bogus", "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "--workload must be poisson or trace" in res.output
+    res = runner.invoke(app, ["bench", "live", "--policy", "nope", "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "nope" in res.output
+    res = runner.invoke(app, ["bench", "report", "--out", str(tmp_path), "--doc", str(tmp_path / "x.md")])
+    assert res.exit_code == 2
+    assert "no results" in res.output
+
+
+def test_tail_ceis_hold_each_profiles_unfinished_cei_until_the_end() -> None:
+    from proxy.bench.live import BenchWorkload, live_equivalent, tail_ceis
+    from proxy.core.model import CEI, EI, Budget, Workload
+
+    # One profile on feeds 0 and 1: CEI 1 = (0@2, 1@3); then feed 0 updates at 8, feed 1 never.
+    cei = CEI("c0", "p0", (EI(0, 2, 7, 2), EI(1, 3, 8, 3)))
+    wl = Workload(chronons=20, budget=Budget(1), resources=2, ceis=(cei,))
+    bw = BenchWorkload("t", wl, ((2, 8), (3,)), ((0, 1),), ("p0",), 5, "hand-made")
+    (tail,) = tail_ceis(bw)
+    assert tail.profile == "p0"
+    # The known EI, then a phantom revealed at the last chronon so the CEI stays unsealed.
+    assert tail.eis == (EI(0, 8, 13, 8), EI(0, 19, 19, 19))
+    eq = live_equivalent(bw)
+    assert [c.id for c in eq.ceis] == ["c0", "tail-p0"]
+    assert eq.ceis[0].eis == (EI(0, 2, 7, 3), EI(1, 3, 8, 4))  # known one chronon later
+    eq.validate()
+
+
+def test_service_labelled_uses_the_services_resources_and_cei_ids() -> None:
+    from proxy.bench.live import BenchWorkload, live_equivalent, service_labelled
+    from proxy.core.model import CEI, EI, Budget, Workload
+
+    ceis = (CEI("c0", "p0", (EI(0, 2, 7, 2), EI(1, 3, 8, 3))),
+            CEI("c1", "p1", (EI(1, 3, 8, 3),)),
+            CEI("c2", "p0", (EI(0, 9, 14, 9), EI(1, 10, 15, 10))))
+    wl = Workload(chronons=20, budget=Budget(1), resources=2, ceis=ceis)
+    bw = BenchWorkload("t", wl, ((2, 9, 12), (3, 10)), ((0, 1), (1,)), ("p0", "p1"), 5, "hand-made")
+    # The service numbered the farm's feeds 0 and 1 as resources 7 and 3, and gave rules 11 and 4.
+    out = service_labelled(live_equivalent(bw), bw, (11, 4), (7, 3))
+    # Tails: p0 after its last start 10 has feed 0's update 12 only; p1 (hand-made with one CEI)
+    # has its update 10. Each tail takes its rule's next sequence number.
+    assert [(c.id, c.profile) for c in out.ceis] == [
+        ("r11:0", "p0"), ("r4:0", "p1"), ("r11:1", "p0"), ("r11:2", "p0"), ("r4:1", "p1")]
+    assert out.ceis[0].eis[0].resource == 7 and out.ceis[0].eis[1].resource == 3
+    assert out.resources == 8
+    out.validate()
+
+
+def test_unclamped_gives_every_ei_its_full_window_on_a_longer_horizon() -> None:
+    from proxy.bench.live import BenchWorkload, unclamped
+    from proxy.core.model import CEI, EI, Budget, Workload
+
+    # The generator clipped the EI of the update at 17 to the last chronon 19.
+    wl = Workload(chronons=20, budget=Budget(1), resources=1,
+                  ceis=(CEI("c0", "p0", (EI(0, 2, 7, 2),)), CEI("c1", "p0", (EI(0, 17, 19, 17),))))
+    bw = BenchWorkload("t", wl, ((2, 17),), ((0,),), ("p0",), 5, "hand-made")
+    out = unclamped(bw).workload
+    assert out.chronons == 25
+    assert [c.eis[0] for c in out.ceis] == [EI(0, 2, 7, 2), EI(0, 17, 22, 17)]
+
+
+def test_a_saved_command_line_rebuilds_its_workload() -> None:
+    from proxy.bench.cli import _workload_from_command
+
+    bw = _workload_from_command(
+        "proxy bench live --workload poisson --feeds 20 --lam 5 --profiles 10 --rank 2 --chronons 100 "
+        "--window 5 --seed 3 --policy mrsf-p --out x")
+    ref = poisson_workload(resources=20, profiles=10, chronons=100, lam=5, rank=2, window=5, seed=3)
+    assert bw.workload.ceis == ref.workload.ceis
+    assert bw.updates == ref.updates
