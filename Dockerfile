@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: wheels are built in a full image, the runtime is slim and runs as non-root.
+
+FROM python:3.11-slim AS build
+WORKDIR /src
+RUN pip install --no-cache-dir --upgrade pip wheel
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim AS runtime
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PROXY_HOST=0.0.0.0 \
+    PROXY_PORT=8000 \
+    PROXY_MIGRATIONS_DIR=/app/migrations \
+    PROXY_MIGRATE_ON_START=true
+RUN groupadd --system proxy && useradd --system --gid proxy --home-dir /app --shell /usr/sbin/nologin proxy
+WORKDIR /app
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+COPY migrations ./migrations
+RUN mkdir -p /app/data && chown -R proxy:proxy /app
+USER proxy
+EXPOSE 8000
+# /healthz answers 200 while the process is alive; python is used because curl is not in slim images.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"]
+# `proxy serve` upgrades the database on start (PROXY_MIGRATE_ON_START).
+CMD ["proxy", "serve", "--host", "0.0.0.0", "--port", "8000"]

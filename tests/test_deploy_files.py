@@ -1,0 +1,121 @@
+"""Static checks of the deployment files: no Docker engine runs on this machine.
+
+They parse the YAML, check that the services, ports, volumes, health checks and
+environment an operator relies on are there, that the image's command is a
+console script of this package, and that every metric the Grafana dashboard
+queries is one the service exports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.service.metrics import ServiceMetrics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_has_the_four_services_with_health_checks() -> None:
+    services = _compose()["services"]
+    assert set(services) == {"db", "proxy", "prometheus", "grafana"}
+    for name, svc in services.items():
+        assert "healthcheck" in svc, f"{name} has no healthcheck"
+        assert svc["healthcheck"]["test"], name
+
+
+def test_proxy_waits_for_a_healthy_database_and_is_configured_by_environment() -> None:
+    proxy = _compose()["services"]["proxy"]
+    assert proxy["depends_on"]["db"]["condition"] == "service_healthy"
+    env = proxy["environment"]
+    assert env["PROXY_DATABASE_URL"].startswith("postgresql+asyncpg://")
+    for name in ("PROXY_CHRONON_SECONDS", "PROXY_BUDGET", "PROXY_POLICY", "PROXY_ALLOW_PRIVATE_NETWORKS"):
+        assert name in env
+    assert "8000:8000" in proxy["ports"]
+    assert "/healthz" in " ".join(proxy["healthcheck"]["test"])
+
+
+def test_named_volumes_are_declared_and_used() -> None:
+    compose = _compose()
+    declared = set(compose["volumes"])
+    assert declared == {"pgdata", "promdata", "grafanadata"}
+    used = set()
+    for svc in compose["services"].values():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if not src.startswith("."):
+                used.add(src)
+    assert used == declared
+    assert any(v.startswith("pgdata:") for v in compose["services"]["db"]["volumes"])
+
+
+def test_mounted_config_files_exist() -> None:
+    for svc in _compose()["services"].values():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith("./"):
+                assert (ROOT / src).exists(), src
+
+
+def test_prometheus_scrapes_the_proxy_metrics_endpoint() -> None:
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text(encoding="utf-8"))
+    jobs = {job["job_name"]: job for job in prom["scrape_configs"]}
+    assert jobs["proxy"]["metrics_path"] == "/metrics"
+    assert jobs["proxy"]["static_configs"][0]["targets"] == ["proxy:8000"]
+
+
+def test_grafana_provisions_prometheus_and_the_dashboard() -> None:
+    ds = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text(encoding="utf-8"))
+    assert ds["datasources"][0]["url"] == "http://prometheus:9090"
+    prov = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/dashboards/proxy.yml").read_text(encoding="utf-8"))
+    assert prov["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def _dashboard_metric_names() -> set[str]:
+    dash = json.loads((ROOT / "deploy/grafana/dashboards/proxy.json").read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            names.update(re.findall(r"\bproxy_[a-z_]+\b", target["expr"]))
+    return names
+
+
+def test_every_dashboard_metric_is_exported_by_the_service() -> None:
+    exported = ServiceMetrics().exported_names()
+    queried = _dashboard_metric_names()
+    assert queried, "the dashboard queries no proxy metric"
+    assert queried <= exported, f"not exported: {sorted(queried - exported)}"
+
+
+def test_dashboard_covers_what_operators_watch() -> None:
+    queried = _dashboard_metric_names()
+    for needed in ("proxy_completeness", "proxy_budget_used", "proxy_probes_total",
+                   "proxy_probe_duration_seconds_bucket", "proxy_tick_jitter_seconds_bucket"):
+        assert needed in queried
+
+
+def test_image_command_is_a_console_script_of_this_package() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    cmd = re.search(r'^CMD \[(.*)\]$', dockerfile, re.M)
+    assert cmd is not None
+    program = json.loads(f"[{cmd.group(1)}]")
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert program[0] in scripts
+    assert program[1] == "serve"
+    assert "USER proxy" in dockerfile
+    assert "HEALTHCHECK" in dockerfile and "/healthz" in dockerfile
+    assert dockerfile.count("FROM ") >= 2, "multi-stage build expected"
+    assert "COPY migrations" in dockerfile
