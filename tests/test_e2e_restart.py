@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.core.engine import CeiState
+from proxy.service import ProxyService
 from proxy.settings import Settings
 from proxy.sim.feedfarm import FeedFarm
 from tests.test_e2e_support import Running, e2e_settings, eventually, motivating, running
@@ -94,3 +95,30 @@ async def test_restart_postgres(fresh_postgres_url: str) -> None:
     await run_restart(e2e_settings(fresh_postgres_url, http_total_timeout_seconds=60.0,
                                    http_read_timeout_seconds=60.0))
 
+
+@pytest.mark.parametrize("moved", [0.0, 0.5, 10.0])
+async def test_a_restart_never_ticks_a_chronon_twice(sqlite_url: str, moved: float) -> None:
+    """A restart within the chronon last ticked starts at the next one (its budget is spent);
+    a restart later starts at the wall clock's chronon."""
+    wall = [1_000_000.0]
+    settings = e2e_settings(sqlite_url, chronon_seconds=1.0)
+    service = ProxyService(settings, wall=lambda: wall[0], run_loop=False, housekeeping=False)
+    await service.start()
+    try:
+        first = service.first_chronon
+        assert first == service.clock.current()
+        service.loop.tick(first, 0.0)
+        await service.flush()
+    finally:
+        await service.stop()
+    assert first is not None
+    wall[0] += moved
+    again = ProxyService(settings, wall=lambda: wall[0], run_loop=False, housekeeping=False)
+    await again.start()
+    try:
+        assert await again.store.last_chronon() == first
+        expected = max(first + 1, again.clock.current())
+        assert again.first_chronon == expected
+        assert expected == (first + 1 if moved < 1.0 else first + 10)
+    finally:
+        await again.stop()

@@ -108,6 +108,8 @@ class ProxyService:
         self._writer: Writer | None = None
         self._loop: ChrononLoop | None = None
         self._clock: ChrononClock | None = None
+        #: The chronon the loop starts at (after the last one ticked before a restart).
+        self.first_chronon: int | None = None
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -162,7 +164,11 @@ class ProxyService:
         pending = await store.pending_ceis_with_eis()
         for cei in pending:
             writer.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
-        now = clock.current()
+        # Start after the last chronon ticked before a restart, even when the restart falls
+        # within that same chronon: re-ticking it would spend its budget a second time.
+        last = await store.last_chronon()
+        now = clock.current() if last is None else max(clock.current(), last + 1)
+        self.first_chronon = now
         steps = runtime.restore(await store.all_profiles(), pending, now)
         # The restored rules, specs and engine columns live as long as the process: move them
         # out of the cyclic GC's scans, whose full passes over 100,000 profiles' objects

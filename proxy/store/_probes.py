@@ -308,6 +308,12 @@ class ProbesAndMetrics(ProfilesAndCeis):
             stmt = self._insert(conn, ChrononMetricsRow).values(chronon=chronon, **values)
             await conn.execute(stmt.on_conflict_do_update(index_elements=["chronon"], set_=values))
 
+    async def last_chronon(self) -> int | None:
+        """The newest chronon with recorded figures (the last one the loop ticked), or None."""
+        async with self._tx() as conn:
+            value = (await conn.execute(select(func.max(ChrononMetricsRow.chronon)))).scalar()
+        return None if value is None else int(value)
+
     async def metrics_summary(self, user_id: int, *, recent_chronons: int = 60) -> MetricsSummary:
         """Completeness of the user's resolved CEIs, overall and per profile, and the budget
         use (sum used / sum budget) over the last ``recent_chronons`` recorded chronons."""
