@@ -31,6 +31,7 @@ from pathlib import Path
 
 from proxy.store import (
     CaptureInput,
+    CeiStateChange,
     FeedUpdate,
     NewEi,
     NewEntry,
@@ -112,6 +113,37 @@ async def bench_backend(url: str, args: argparse.Namespace) -> dict[str, str]:
         samples = await _timed(one_probe, args.probes)
         wall = time.perf_counter() - wall
         rows["record_probe (20 entries, 1 capture)"] = f"{_ms(samples)}; {args.probes / wall:.0f} probes/s"
+
+        # record_probes: the service's writer stores the probes that finished meanwhile
+        # in one call (one transaction); the same probes as above, --batch at a time.
+        batch_ceis = []
+        for i in range(args.probes):
+            cei = await store.add_cei(f"b{i}", profile.id, i, [NewEi(0, feeds[1 + i % 9], i, i + 5)])
+            batch_ceis.append(cei)
+        batch_counter = iter(range(10**9))
+
+        def probe_item(n: int) -> tuple[ProbeInput, list[NewEntry], list[CaptureInput], list[CeiStateChange], FeedUpdate]:
+            feed = feeds[1 + n % 9]
+            visit_base = 10**6 + (n // 9) * (args.entries // 4)
+            at = T0 + dt.timedelta(seconds=n)
+            return (
+                ProbeInput(feed, at, "ok", finished_at=at, chronon=n, http_status=200, bytes=20_000),
+                [NewEntry(f"e{visit_base + k}", title="x", summary="y" * 300) for k in range(args.entries)],
+                [CaptureInput(batch_ceis[n].eis[0].id, n)],
+                [CeiStateChange(f"b{n}", "captured", n)],
+                FeedUpdate(probed_at=at, outcome="ok", update_validators=True, etag=f'"{n}"'),
+            )
+
+        async def one_batch() -> None:
+            await store.record_probes([probe_item(next(batch_counter)) for _ in range(args.batch)])
+
+        rounds = max(1, args.probes // args.batch)
+        wall = time.perf_counter()
+        samples = await _timed(one_batch, rounds)
+        wall = time.perf_counter() - wall
+        rows[f"record_probes (batches of {args.batch}, each as above + CEI resolved)"] = (
+            f"{_ms(samples)} per batch; {rounds * args.batch / wall:.0f} probes/s"
+        )
 
         probe_ids = [f"h{i}" for i in range(0, args.history, max(1, args.history // 40))][:40]
         query = probe_ids + [f"new{i}" for i in range(10)]
@@ -197,6 +229,7 @@ if __name__ == "__main__":
     parser.add_argument("--probes", type=int, default=300)
     parser.add_argument("--history", type=int, default=50_000)
     parser.add_argument("--entries", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--ceis", type=int, default=2_000)
     parser.add_argument("--out", type=Path, default=Path("docs/bench-store.md"))
     arguments = parser.parse_args()

@@ -453,6 +453,103 @@ async def test_record_probe_is_all_or_nothing(store: Store) -> None:
         await store.record_probe(ProbeInput(4242, at(0), "ok"))
 
 
+async def _batch_scenario(store: Store, tag: str, *, batched: bool) -> dict[str, object]:
+    """Eight probes of three feeds that interact: recorded in one ``record_probes`` call or
+    one ``record_probe`` at a time, they must leave the same database and the same records."""
+    user_id, _ = await store.create_user(f"user-{tag}")
+    f0, f1, f2 = [
+        (await store.register_feed(f"http://example.com/{tag}/{i}"))[0].id for i in range(3)
+    ]
+    profile = await store.create_profile(user_id, "p", [RuleInput("r", {}, (f0, f1, f2))])
+    c1 = await store.add_cei("c1" + tag, profile.id, 0, [NewEi(0, f0, 0, 9), NewEi(1, f1, 0, 9)])
+    c2 = await store.add_cei("c2" + tag, profile.id, 0, [NewEi(0, f0, 0, 9), NewEi(1, f2, 0, 9)])
+    gone = await store.add_cei("c3" + tag, profile.id, 0, [NewEi(0, f2, 0, 9)])
+    await store.record_probe(ProbeInput(f0, at(0), "ok"), [NewEntry("old")])
+    # An EI whose CEI is deleted while its probe is in flight is skipped, not an error.
+    deleted = await store.create_profile(user_id, "d", [RuleInput("r", {}, (f2,))])
+    doomed = await store.add_cei("c4" + tag, deleted.id, 0, [NewEi(0, f2, 0, 9)])
+    await store.delete_profile(user_id, deleted.id)
+    ok = FeedUpdate(probed_at=at(1), outcome="ok", update_validators=True, etag='"v1"')
+    error = FeedUpdate(probed_at=at(2), outcome="http_error", error=True)
+    items = [
+        # An entry known from before, a repeated one, and the same entry in a later probe.
+        (ProbeInput(f0, at(1), "ok", chronon=1), [NewEntry("old"), NewEntry("a"), NewEntry("a")],
+         [CaptureInput(c1.eis[0].id, 1)], [], ok),
+        (ProbeInput(f0, at(2), "ok", chronon=2), [NewEntry("a"), NewEntry("b")],
+         [CaptureInput(c1.eis[0].id, 2), CaptureInput(c2.eis[0].id, 2)], [], ok),
+        # c3 resolves missed; a later probe that names its EI captures nothing.
+        (ProbeInput(f2, at(2), "http_error", chronon=2), [], [], [CeiStateChange("c3" + tag, "missed", 2)], error),
+        (ProbeInput(f2, at(3), "http_error", chronon=3), [], [], [], error),
+        (ProbeInput(f2, at(4), "ok", chronon=4), [NewEntry("z")],
+         [CaptureInput(gone.eis[0].id, 4), CaptureInput(doomed.eis[0].id, 4), CaptureInput(c2.eis[1].id, 4)],
+         [CeiStateChange("c2" + tag, "captured", 4), CeiStateChange("c4" + tag, "captured", 4)], None),
+        (ProbeInput(f1, at(5), "not_modified", chronon=5), [], [], [],
+         FeedUpdate(probed_at=at(5), outcome="not_modified")),
+        (ProbeInput(f1, at(6), "ok", chronon=6), [NewEntry("a")], [CaptureInput(c1.eis[1].id, 6)],
+         [CeiStateChange("c1" + tag, "captured", 6)], ok),
+        (ProbeInput(f1, at(7), "http_error", chronon=7), [], [], [], error),
+    ]
+    if batched:
+        records = await store.record_probes(items)
+    else:
+        records = [await store.record_probe(*item) for item in items]
+    ordinal = {ei.id: (cei.id[:2], ei.ordinal) for cei in (c1, c2, gone, doomed) for ei in cei.eis}
+    feeds = [await store.get_feed(f) for f in (f0, f1, f2)]
+    probes = [p for f in (f0, f1, f2) for p in await store.list_probes(f)]
+    return {
+        "records": [(r.new_identities, [ordinal[e] for e in r.captured_ei_ids]) for r in records],
+        "feeds": [(f.etag, f.last_outcome, f.consecutive_errors, f.last_probe_at) for f in feeds],
+        "ceis": sorted(
+            (c.id[:2], c.state, c.resolved_chronon, [(e.state, e.captured_chronon) for e in c.eis])
+            for c in await store.list_ceis(user_id, profile.id)
+        ),
+        "probes": sorted((p.started_at, p.outcome, p.new_entries) for p in probes),
+        "entries": [sorted(e.identity for e in await store.list_entries(f)) for f in (f0, f1, f2)],
+    }
+
+
+async def test_record_probes_in_one_batch_equals_one_by_one(store: Store) -> None:
+    one_by_one = await _batch_scenario(store, "x", batched=False)
+    batched = await _batch_scenario(store, "y", batched=True)
+    assert batched == one_by_one
+    # And what that is, so that both paths cannot be wrong together.
+    assert one_by_one["records"] == [
+        (("a",), [("c1", 0)]),
+        (("b",), [("c2", 0)]),
+        ((), []),
+        ((), []),
+        (("z",), [("c2", 1)]),
+        ((), []),
+        (("a",), [("c1", 1)]),
+        ((), []),
+    ]
+    assert one_by_one["feeds"] == [
+        ('"v1"', "ok", 0, at(1)),
+        ('"v1"', "http_error", 1, at(2)),
+        (None, "http_error", 2, at(2)),
+    ]
+    assert one_by_one["ceis"] == [
+        ("c1", "captured", 6, [("captured", 1), ("captured", 6)]),
+        ("c2", "captured", 4, [("captured", 2), ("captured", 4)]),
+        ("c3", "missed", 2, [("missed", None)]),
+    ]
+    assert [n for _, _, n in one_by_one["probes"]] == [1, 1, 0, 1, 0, 1, 0, 1, 0]  # type: ignore[attr-defined]
+
+
+async def test_record_probes_names_the_missing_feed_and_stores_nothing(store: Store) -> None:
+    f0 = (await store.register_feed("http://example.com/a"))[0].id
+    f1 = (await store.register_feed("http://example.com/b"))[0].id
+    with pytest.raises(FeedNotFoundError, match="4242"):
+        await store.record_probes([
+            (ProbeInput(f0, at(0), "ok"), [NewEntry("a")], [], [], None),
+            (ProbeInput(4242, at(0), "ok"), [], [], [], None),
+            (ProbeInput(f1, at(0), "ok"), [NewEntry("b")], [], [], None),
+        ])
+    assert await store.list_probes(f0) == [] and await store.list_probes(f1) == []
+    assert await store.known_identities(f0, ["a"]) == set()
+    assert await store.record_probes([]) == []
+
+
 async def test_record_probe_skips_eis_and_ceis_deleted_meanwhile(store: Store) -> None:
     user_id, profile_id, (f0, _) = await _profile_with_feeds(store)
     cei = await store.add_cei("c1", profile_id, 0, [NewEi(0, f0, 0, 5)])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -17,6 +17,7 @@ from proxy.errors import (
 from proxy.store._base import (
     _ENTRY_COLUMNS,
     SUMMARY_MAX_CHARS,
+    _check_state,
     _chunks,
     _entry,
     _identity_key,
@@ -28,6 +29,7 @@ from proxy.store._models import (
     ChrononMetricsRow,
     EiRow,
     EntryRow,
+    FeedRow,
     ProbeRow,
     ProfileRow,
     ServiceStateRow,
@@ -47,6 +49,20 @@ from proxy.store._types import (
     ProfileCompleteness,
     PurgeResult,
 )
+
+ProbeItem = tuple[
+    ProbeInput,
+    Sequence[NewEntry],
+    Sequence[CaptureInput],
+    Sequence[CeiStateChange],
+    FeedUpdate | None,
+]
+"""One probe's inputs to :meth:`ProbesAndMetrics.record_probes`."""
+
+
+def _params(rows: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+    """One row executes as a plain statement, several as "executemany" (cheaper for one)."""
+    return rows[0] if len(rows) == 1 else rows
 
 
 class ProbesAndMetrics(ProfilesAndCeis):
@@ -72,126 +88,309 @@ class ProbesAndMetrics(ProfilesAndCeis):
         :class:`ValidationError`. Returns the probe id, the identities that were
         new (in input order) and the EIs this probe captured.
         """
-        async with self._tx() as conn:
-            return await self._record_probe(conn, probe, entries, captures, cei_changes, feed_update)
+        (record,) = await self.record_probes([(probe, entries, captures, cei_changes, feed_update)])
+        return record
 
-    async def record_probes(
-        self,
-        probes: Sequence[
-            tuple[
-                ProbeInput,
-                Sequence[NewEntry],
-                Sequence[CaptureInput],
-                Sequence[CeiStateChange],
-                FeedUpdate | None,
-            ]
-        ],
-    ) -> list[ProbeRecord]:
+    async def record_probes(self, probes: Sequence[ProbeItem]) -> list[ProbeRecord]:
         """:meth:`record_probe` for several probes in ONE transaction (the service's writer
-        groups the probes that finished meanwhile). Either all are stored or none."""
-        async with self._tx() as conn:
-            return [await self._record_probe(conn, *item) for item in probes]
+        groups the probes that finished meanwhile). Either all are stored or none.
 
-    async def _record_probe(
-        self,
-        conn: AsyncConnection,
-        probe: ProbeInput,
-        entries: Sequence[NewEntry],
-        captures: Sequence[CaptureInput],
-        cei_changes: Sequence[CeiStateChange],
-        feed_update: FeedUpdate | None,
-    ) -> ProbeRecord:
-        finished = probe.finished_at
-        duration = (finished - probe.started_at).total_seconds() if finished is not None else None
+        The result is exactly that of recording them one by one in the given order
+        (an entry is new for the first probe of its feed that has it; an EI is captured
+        by the first probe that names it while it is pending), but each kind of row is
+        written by one statement for the whole batch: on PostgreSQL every statement is
+        a round trip, and on both backends SQLAlchemy's per-statement cost dominated.
+        """
+        if not probes:
+            return []
+        for _, _, _, changes, _ in probes:
+            for change in changes:
+                _check_state(change.state)
         try:
-            probe_id = (
-                await conn.execute(
-                    insert(ProbeRow)
-                    .values(
-                        feed_id=probe.feed_id,
-                        chronon=probe.chronon,
-                        started_at=probe.started_at,
-                        finished_at=finished,
-                        duration_seconds=duration,
-                        outcome=probe.outcome[:32],
-                        http_status=probe.http_status,
-                        error=probe.error,
-                        new_entries=0,
-                        bytes=probe.bytes,
-                    )
-                    .returning(ProbeRow.id)
-                )
-            ).scalar_one()
-        except IntegrityError:
-            raise FeedNotFoundError(probe.feed_id) from None
-        new_identities = await self._insert_new_entries(
-            conn, probe.feed_id, probe_id, probe.finished_at or probe.started_at, entries
-        )
-        if new_identities:
-            await conn.execute(
-                update(ProbeRow)
-                .where(ProbeRow.id == probe_id)
-                .values(new_entries=len(new_identities))
-            )
-        # EIs and CEIs that no longer exist went with their deleted profile while
-        # the probe was in flight; that must not lose the probe, so they are skipped.
-        captured = [
-            capture.ei_id
-            for capture in captures
-            if await self._capture(
-                conn, capture.ei_id, capture.chronon, probe_id, probe.feed_id
-            )
-        ]
-        for change in cei_changes:
-            await self._set_cei_state(conn, change, missing_ok=True)
-        if feed_update is not None:
-            await self._apply_feed_update(conn, probe.feed_id, feed_update)
-        return ProbeRecord(
-            probe_id=probe_id, new_identities=tuple(new_identities), captured_ei_ids=tuple(captured)
-        )
+            async with self._tx() as conn:
+                return await self._record_probes(conn, probes)
+        except FeedNotFoundError:
+            feed_ids = list(dict.fromkeys(item[0].feed_id for item in probes))
+            if len(feed_ids) > 1:  # name the feed that is missing, not just the first one
+                async with self._tx() as conn:
+                    query = select(FeedRow.id).where(FeedRow.id.in_(feed_ids))
+                    existing = set((await conn.execute(query)).scalars())
+                missing = [feed_id for feed_id in feed_ids if feed_id not in existing]
+                if missing:
+                    raise FeedNotFoundError(missing[0]) from None
+            raise
 
-    async def _insert_new_entries(
+    async def _record_probes(
+        self, conn: AsyncConnection, items: Sequence[ProbeItem]
+    ) -> list[ProbeRecord]:
+        feed_ids = list(dict.fromkeys(item[0].feed_id for item in items))
+        # Entries: which are new, and for which probe (the first of its feed in the batch).
+        wanted: list[dict[str, NewEntry]] = []
+        for _, entries, _, _, _ in items:
+            by_key: dict[str, NewEntry] = {}
+            for entry in entries:
+                by_key.setdefault(_identity_key(entry.identity), entry)
+            wanted.append(by_key)
+        pairs = {
+            (item[0].feed_id, key): None
+            for item, by_key in zip(items, wanted, strict=True)
+            for key in by_key
+        }
+        claimed = await self._known_pairs(conn, list(pairs))
+        fresh: list[list[tuple[str, NewEntry]]] = []
+        for item, by_key in zip(items, wanted, strict=True):
+            feed_id = item[0].feed_id
+            mine = [(key, entry) for key, entry in by_key.items() if (feed_id, key) not in claimed]
+            claimed.update((feed_id, key) for key, _ in mine)
+            fresh.append(mine)
+
+        probe_rows = []
+        for item, mine in zip(items, fresh, strict=True):
+            probe = item[0]
+            finished = probe.finished_at
+            probe_rows.append({
+                "feed_id": probe.feed_id,
+                "chronon": probe.chronon,
+                "started_at": probe.started_at,
+                "finished_at": finished,
+                "duration_seconds": (
+                    (finished - probe.started_at).total_seconds() if finished is not None else None
+                ),
+                "outcome": probe.outcome[:32],
+                "http_status": probe.http_status,
+                "error": probe.error,
+                "new_entries": len(mine),
+                "bytes": probe.bytes,
+            })
+        probes = cast(Table, ProbeRow.__table__)
+        try:
+            probe_ids = list(
+                (
+                    await conn.execute(
+                        insert(probes).returning(probes.c.id, sort_by_parameter_order=True),
+                        _params(probe_rows),
+                    )
+                ).scalars()
+            )
+        except IntegrityError:
+            # The only constraint a new probe row can break is its feed's foreign key.
+            raise FeedNotFoundError(feed_ids[0]) from None
+
+        new_identities = await self._insert_fresh_entries(conn, items, fresh, probe_ids)
+        captured = await self._capture_all(conn, items, probe_ids)
+        await self._apply_cei_changes(conn, [c for item in items for c in item[3]])
+        await self._apply_feed_updates(conn, items)
+        return [
+            ProbeRecord(probe_id=pid, new_identities=tuple(new), captured_ei_ids=tuple(cap))
+            for pid, new, cap in zip(probe_ids, new_identities, captured, strict=True)
+        ]
+
+    async def _known_pairs(
+        self, conn: AsyncConnection, pairs: Sequence[tuple[int, str]]
+    ) -> set[tuple[int, str]]:
+        """Which ``(feed_id, stored identity)`` pairs the entries table already holds."""
+        known: set[tuple[int, str]] = set()
+        by_feed: dict[int, list[str]] = {}
+        for feed_id, key in pairs:
+            by_feed.setdefault(feed_id, []).append(key)
+        for feed_id, keys in by_feed.items():
+            known.update((feed_id, key) for key in await self._known_keys(conn, feed_id, keys))
+        return known
+
+    async def _insert_fresh_entries(
         self,
         conn: AsyncConnection,
-        feed_id: int,
-        probe_id: int,
-        seen_at: dt.datetime,
-        entries: Sequence[NewEntry],
-    ) -> list[str]:
-        # Deduplicate within the batch first: a feed may repeat an entry.
-        by_key: dict[str, NewEntry] = {}
-        for entry in entries:
-            by_key.setdefault(_identity_key(entry.identity), entry)
-        if not by_key:
-            return []
-        known = await self._known_keys(conn, feed_id, list(by_key))
-        fresh = [(key, entry) for key, entry in by_key.items() if key not in known]
-        if not fresh:
-            return []
+        items: Sequence[ProbeItem],
+        fresh: list[list[tuple[str, NewEntry]]],
+        probe_ids: list[int],
+    ) -> list[list[str]]:
+        """Insert every probe's fresh entries in one statement; the identities each probe
+        really stored (a concurrent transaction may have stored some first)."""
         rows = [
             {
-                "feed_id": feed_id,
+                "feed_id": item[0].feed_id,
                 "identity": key,
                 "title": entry.title,
                 "link": entry.link,
                 "published": entry.published,
                 "summary": None if entry.summary is None else entry.summary[:SUMMARY_MAX_CHARS],
                 "first_seen_probe_id": probe_id,
-                "first_seen_at": seen_at,
+                "first_seen_at": item[0].finished_at or item[0].started_at,
             }
-            for key, entry in fresh
+            for item, mine, probe_id in zip(items, fresh, probe_ids, strict=True)
+            for key, entry in mine
         ]
-        # ON CONFLICT DO NOTHING: a concurrent probe of the same feed may have
-        # stored an entry since we looked; it is then not new for us. Executed
-        # "many" so SQLAlchemy caches the statement and batches the VALUES
-        # itself (insertmanyvalues) instead of compiling a new giant statement.
+        if not rows:
+            return [[] for _ in items]
+        # ON CONFLICT DO NOTHING: a concurrent probe of the same feed may have stored an
+        # entry since we looked; it is then not new for us. Executed "many" so SQLAlchemy
+        # caches the statement and batches the VALUES itself (insertmanyvalues).
+        table = cast(Table, EntryRow.__table__)
         stmt = (
-            self._insert(conn, EntryRow)
+            self._insert(conn, table)
             .on_conflict_do_nothing(index_elements=["feed_id", "identity"])
-            .returning(EntryRow.identity)
+            .returning(table.c.feed_id, table.c.identity)
         )
-        inserted = set((await conn.execute(stmt, rows)).scalars().all())
-        return [entry.identity for key, entry in fresh if key in inserted]
+        inserted = {(row.feed_id, row.identity) for row in await conn.execute(stmt, _params(rows))}
+        result: list[list[str]] = []
+        corrections = []
+        for item, mine, probe_id in zip(items, fresh, probe_ids, strict=True):
+            feed_id = item[0].feed_id
+            stored = [entry.identity for key, entry in mine if (feed_id, key) in inserted]
+            if len(stored) != len(mine):
+                corrections.append({"b_id": probe_id, "b_new": len(stored)})
+            result.append(stored)
+        if corrections:
+            probes = cast(Table, ProbeRow.__table__)
+            await conn.execute(
+                update(probes)
+                .where(probes.c.id == bindparam("b_id"))
+                .values(new_entries=bindparam("b_new")),
+                _params(corrections),
+            )
+        return result
+
+    async def _capture_all(
+        self, conn: AsyncConnection, items: Sequence[ProbeItem], probe_ids: list[int]
+    ) -> list[list[int]]:
+        """Capture the pending EIs the probes name, in order; the EI ids each captured.
+
+        EIs that no longer exist (their profile was deleted while the probe was in
+        flight) are skipped: that must not lose the probe. An EI of a CEI that an
+        earlier probe of the batch resolved as missed is not pending any more.
+        """
+        ei_ids = list(dict.fromkeys(c.ei_id for item in items for c in item[2]))
+        if not ei_ids:
+            return [[] for _ in items]
+        eis = cast(Table, EiRow.__table__)
+        info: dict[int, tuple[int, str, str]] = {}
+        for chunk in _chunks(ei_ids):
+            query = select(eis.c.id, eis.c.feed_id, eis.c.cei_id, eis.c.state).where(
+                eis.c.id.in_(chunk)
+            )
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update()
+            for row in await conn.execute(query):
+                info[row.id] = (row.feed_id, row.cei_id, row.state)
+        missed: set[str] = set()
+        updates: list[dict[str, Any]] = []
+        result: list[list[int]] = []
+        for (probe, _, captures, changes, _), probe_id in zip(items, probe_ids, strict=True):
+            mine = []
+            for capture in captures:
+                found = info.get(capture.ei_id)
+                if found is None:
+                    continue
+                feed_id, cei_id, state = found
+                if feed_id != probe.feed_id:
+                    # A probe of one feed cannot capture an EI on another: the caller mixed
+                    # them up. Raising rolls the whole transaction back.
+                    raise ValidationError(
+                        f"EI {capture.ei_id} is on feed {feed_id}; "
+                        f"a probe of feed {probe.feed_id} cannot capture it"
+                    )
+                if state != "pending" or cei_id in missed:
+                    continue
+                info[capture.ei_id] = (feed_id, cei_id, "captured")
+                updates.append(
+                    {"b_id": capture.ei_id, "b_chronon": capture.chronon, "b_probe": probe_id}
+                )
+                mine.append(capture.ei_id)
+            missed.update(c.cei_id for c in changes if c.state == "missed")
+            result.append(mine)
+        if updates:
+            await conn.execute(
+                update(eis)
+                .where(eis.c.id == bindparam("b_id"), eis.c.state == "pending")
+                .values(
+                    state="captured",
+                    captured_chronon=bindparam("b_chronon"),
+                    captured_probe_id=bindparam("b_probe"),
+                ),
+                _params(updates),
+            )
+            await conn.execute(
+                insert(cast(Table, CaptureRow.__table__)),
+                _params([
+                    {"ei_id": u["b_id"], "probe_id": u["b_probe"], "chronon": u["b_chronon"]}
+                    for u in updates
+                ]),
+            )
+        return result
+
+    async def _apply_cei_changes(
+        self, conn: AsyncConnection, changes: Sequence[CeiStateChange]
+    ) -> None:
+        """CEI state changes in order (CEIs that no longer exist are skipped); the pending
+        EIs of a missed CEI become missed."""
+        if not changes:
+            return
+        ceis = cast(Table, CeiRow.__table__)
+        await conn.execute(
+            update(ceis)
+            .where(ceis.c.id == bindparam("b_id"))
+            .values(state=bindparam("b_state"), resolved_chronon=bindparam("b_chronon")),
+            _params([
+                {"b_id": c.cei_id, "b_state": c.state, "b_chronon": c.resolved_chronon}
+                for c in changes
+            ]),
+        )
+        missed = list(dict.fromkeys(c.cei_id for c in changes if c.state == "missed"))
+        eis = cast(Table, EiRow.__table__)
+        for chunk in _chunks(missed):
+            await conn.execute(
+                update(eis)
+                .where(eis.c.cei_id.in_(chunk), eis.c.state == "pending")
+                .values(state="missed")
+            )
+
+    async def _apply_feed_updates(self, conn: AsyncConnection, items: Sequence[ProbeItem]) -> None:
+        """The feeds' health updates, as if applied one by one in order.
+
+        Updates are applied in rounds: round r holds the r-th update of each feed, so a
+        feed's updates keep their order while a round's updates (one per feed) share a
+        statement per shape. Redirects and disabling take the one-by-one path.
+        """
+        occurrences: dict[int, int] = {}
+        rounds: list[list[tuple[int, FeedUpdate]]] = []
+        for probe, _, _, _, change in items:
+            if change is None:
+                continue
+            r = occurrences.get(probe.feed_id, 0)
+            occurrences[probe.feed_id] = r + 1
+            if r == len(rounds):
+                rounds.append([])
+            rounds[r].append((probe.feed_id, change))
+        feeds = cast(Table, FeedRow.__table__)
+        for updates in rounds:
+            shapes: dict[tuple[bool, bool], list[dict[str, Any]]] = {}
+            for feed_id, change in updates:
+                if change.new_url is not None or change.disabled_reason is not None:
+                    await self._apply_feed_update(conn, feed_id, change)
+                    continue
+                row: dict[str, Any] = {
+                    "b_id": feed_id,
+                    "b_at": change.probed_at,
+                    "b_outcome": change.outcome[:32],
+                    "b_next": change.next_allowed_at,
+                }
+                if change.update_validators:
+                    row["b_etag"] = change.etag
+                    row["b_modified"] = change.last_modified
+                shapes.setdefault((change.error, change.update_validators), []).append(row)
+            for (error, validators), rows in shapes.items():
+                values: dict[str, Any] = {
+                    "last_probe_at": bindparam("b_at"),
+                    "last_outcome": bindparam("b_outcome"),
+                    "next_allowed_at": bindparam("b_next"),
+                    "consecutive_errors": feeds.c.consecutive_errors + 1 if error else 0,
+                }
+                if validators:
+                    values["etag"] = bindparam("b_etag")
+                    values["last_modified"] = bindparam("b_modified")
+                await conn.execute(
+                    update(feeds).where(feeds.c.id == bindparam("b_id")).values(**values), _params(rows)
+                )
 
     async def _known_keys(
         self, conn: AsyncConnection, feed_id: int, keys: Sequence[str]
