@@ -6,8 +6,8 @@
 Setup (not timed): the feed farm runs as its own process (``proxy farm serve``,
 Poisson publications at ``--rate`` per feed per minute, real time); feeds and
 profiles are written through the :class:`~proxy.store.Store` API (the API's
-own path minus HTTP). Each profile is a trigger rule: a random feed every 10
-minutes (staggered period starts, so fires spread evenly), slack 2 minutes,
+own path minus HTTP). Each profile is a trigger rule: a random feed every ``--every``
+minutes (default 10; staggered period starts, so fires spread evenly), slack 2 minutes,
 firing on one of the farm's filler words (~28 % of entries), then one or two
 random query feeds within 5 minutes.
 
@@ -43,20 +43,20 @@ from proxy.store import RuleInput, Store, upgrade_database
 WORDS = ["market", "energy", "report", "city", "council", "weather", "river", "election", "museum", "football", "harvest", "railway", "bridge", "festival", "science", "budget", "hospital", "school", "review", "storm", "airport", "library", "concert", "garden", "opera"]
 
 
-def _rule(rng: random.Random, feed_ids: list[int], start: dt.datetime) -> RuleInput:
+def _rule(rng: random.Random, feed_ids: list[int], start: dt.datetime, every_min: int) -> RuleInput:
     trigger, *queries = rng.sample(feed_ids, 1 + rng.choice((1, 2)))
     spec = {
         "name": "r",
-        "trigger": {"feed": str(trigger), "every": "10m", "slack": "2m",
+        "trigger": {"feed": str(trigger), "every": f"{every_min}m", "slack": "2m",
                     "when": {"contains": [rng.choice(WORDS)]}},
         "query": [{"feed": str(q), "within": "5m"} for q in queries],
-        # Staggered anchors: each rule first fires somewhere in the next 10 minutes.
-        "period": {"start": (start + dt.timedelta(seconds=rng.uniform(0, 600))).isoformat()},
+        # Staggered anchors: each rule first fires somewhere in its first period.
+        "period": {"start": (start + dt.timedelta(seconds=rng.uniform(0, 60 * every_min))).isoformat()},
     }
     return RuleInput("r", spec, (trigger, *queries))
 
 
-async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int) -> None:
+async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int, every_min: int) -> None:
     await upgrade_database(url)
     rng = random.Random(seed)
     async with Store.from_url(url) as store:
@@ -74,7 +74,7 @@ async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int) -
         print(f"  {feeds} feeds registered in {time.perf_counter() - t0:.1f} s", flush=True)
         start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)
         t0 = time.perf_counter()
-        await bulk_profiles(store, user_id, [_rule(rng, ids, start) for _ in range(profiles)])
+        await bulk_profiles(store, user_id, [_rule(rng, ids, start, every_min) for _ in range(profiles)])
         print(f"  {profiles} profiles bulk-inserted in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -132,7 +132,7 @@ def pct(values: list[float], q: float) -> float:
 async def run(url: str, farm_url: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"setup {url.split(':')[0]} …", flush=True)
     t_setup = time.perf_counter()
-    await setup(url, farm_url, args.feeds, args.profiles, args.seed)
+    await setup(url, farm_url, args.feeds, args.profiles, args.seed, args.every)
     setup_s = time.perf_counter() - t_setup
     settings = load_settings(
         database_url=url, chronon_seconds=args.chronon, budget=args.budget, policy=args.policy,
@@ -213,7 +213,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str
         f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         f"Workload: {args.feeds} farm feeds (Poisson, {args.rate} publications per feed per minute), "
-        f"{args.profiles} profiles (one trigger rule each: every 10m, slack 2m, a filler word, "
+        f"{args.profiles} profiles (one trigger rule each: every {args.every}m, slack 2m, a filler word, "
         f"1-2 query feeds within 5m), budget {args.budget} per {args.chronon} s chronon, "
         f"policy `{args.policy}`; {args.warmup:.0f} s warm-up, then {args.duration:.0f} s measured.",
         "Target: p99 tick jitter under 10 % of the chronon "
@@ -288,6 +288,7 @@ async def main() -> None:
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--chronon", type=float, default=1.0)
     parser.add_argument("--policy", default="mrsf-p")
+    parser.add_argument("--every", type=int, default=10, help="minutes between a rule's trigger EIs")
     parser.add_argument("--rate", type=float, default=0.2, help="publications per feed per minute")
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--warmup", type=float, default=30.0)
