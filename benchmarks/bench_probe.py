@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from proxy import aio
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bench-probe.md"
 
 
@@ -264,8 +266,12 @@ def main() -> None:
     ap.add_argument("--reader-feeds", type=int, default=1000)
     ap.add_argument("--reader-workers", type=int, default=16)
     ap.add_argument("--layer-requests", type=int, default=10_000)
+    ap.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
+                    help="event loop of the client and the farm (default: proxy.aio's choice)")
     ap.add_argument("--out", type=Path, default=DOC)
     args = ap.parse_args()
+    if args.loop:
+        os.environ["PROXY_EVENT_LOOP"] = args.loop  # the farm child process inherits it
 
     from proxy.sim.feedfarm import FarmProcess
 
@@ -273,8 +279,8 @@ def main() -> None:
     with FarmProcess(farm_args) as farm:
         base = farm.url.rstrip("/")
         assert farm.proc is not None
-        layers = asyncio.run(run_layers(args, base))
-        phases, memory = asyncio.run(run_fetcher(args, base, farm.proc.pid))
+        layers = aio.run(run_layers(args, base))
+        phases, memory = aio.run(run_fetcher(args, base, farm.proc.pid))
         reader_rows = run_reader(args, base)
 
     load = os.getloadavg()

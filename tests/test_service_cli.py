@@ -28,3 +28,9 @@ def test_serve_port_option_is_validated() -> None:
     result = CliRunner().invoke(app, ["serve", "--port", "70000"])
     assert result.exit_code == 2
     assert "PROXY_PORT" in result.output
+
+
+def test_serve_refuses_an_unknown_event_loop() -> None:
+    result = CliRunner().invoke(app, ["serve", "--port", "1"], env={"PROXY_EVENT_LOOP": "tokio"})
+    assert result.exit_code == 2
+    assert "PROXY_EVENT_LOOP must be auto, uvloop or asyncio, not 'tokio'" in result.output

@@ -174,7 +174,14 @@ def serve(
             farm.set_ping_target(feed_id, url, headers)
     except (ValueError, LookupError) as exc:
         raise typer.BadParameter(str(exc)) from None
-    asyncio.run(_serve(farm, duration, skipped))
+    from proxy.aio import loop_factory
+
+    try:
+        factory = loop_factory()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_serve(farm, duration, skipped))
 
 
 async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:

@@ -1,0 +1,50 @@
+"""Which asyncio event loop the proxy's own processes run on.
+
+The probe path is CPU-bound in the event loop (sockets, HTTP framing, task
+switches), so the loop's own cost shows in every probe. uvloop (libuv, the
+loop uvicorn picks when it is installed) cuts that cost; it is used wherever
+it is installed, unless ``PROXY_EVENT_LOOP=asyncio`` asks for the standard
+loop (to rule the loop out when chasing a bug). Figures: docs/bench-probe.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+_T = TypeVar("_T")
+
+LoopName = Literal["uvloop", "asyncio"]
+
+
+def loop_name() -> LoopName:
+    """``uvloop`` if it is installed and not switched off, else ``asyncio``."""
+    choice = os.environ.get("PROXY_EVENT_LOOP", "auto").strip().lower()
+    if choice not in {"auto", "uvloop", "asyncio"}:
+        raise ValueError(f"PROXY_EVENT_LOOP must be auto, uvloop or asyncio, not {choice!r}")
+    if choice == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if choice == "uvloop":
+            raise ValueError("PROXY_EVENT_LOOP=uvloop but uvloop is not installed") from None
+        return "asyncio"
+    return "uvloop"
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory for :class:`asyncio.Runner`: uvloop's, or ``None`` for the default."""
+    if loop_name() == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
+
+
+def run(main: Coroutine[Any, Any, _T]) -> _T:
+    """:func:`asyncio.run` on the loop :func:`loop_name` chooses."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)

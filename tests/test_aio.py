@@ -1,0 +1,47 @@
+"""The event loop the proxy's processes run on (proxy.aio)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proxy import aio
+
+
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__
+
+
+def test_uvloop_by_default_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROXY_EVENT_LOOP", raising=False)
+    assert aio.loop_name() == "uvloop"
+    assert aio.run(_loop_module()).startswith("uvloop")
+
+
+def test_the_standard_loop_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_EVENT_LOOP", " Asyncio ")
+    assert aio.loop_name() == "asyncio"
+    assert aio.loop_factory() is None
+    assert aio.run(_loop_module()).startswith("asyncio")
+
+
+def test_a_bad_choice_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_EVENT_LOOP", "tokio")
+    with pytest.raises(ValueError, match="PROXY_EVENT_LOOP must be auto, uvloop or asyncio, not 'tokio'"):
+        aio.loop_name()
+
+
+def test_run_returns_the_coroutine_result_and_propagates_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROXY_EVENT_LOOP", raising=False)
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    async def fail() -> None:
+        raise LookupError("nope")
+
+    assert aio.run(answer()) == 42
+    with pytest.raises(LookupError, match="nope"):
+        aio.run(fail())
