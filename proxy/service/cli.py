@@ -28,9 +28,12 @@ def register(app: typer.Typer) -> None:
             overrides["host"] = host
         if port is not None:
             overrides["port"] = port
+        from proxy.aio import loop_name
+
         try:
             settings = load_settings(**overrides)
-        except SettingsError as exc:
+            loop = loop_name()
+        except (SettingsError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(code=2) from None
 
@@ -41,12 +44,5 @@ def register(app: typer.Typer) -> None:
 
         configure_logging(settings.log_level, settings.log_format)
         app_ = make_app(settings)
-        from proxy.aio import loop_name
-
-        try:
-            loop = loop_name()
-        except ValueError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(code=2) from None
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
                     access_log=False, lifespan="on", loop=loop)
