@@ -21,7 +21,8 @@ Setup: the feed farm (in the benchmark process) replays the workload's update ti
 accelerated clock, one trace unit per chronon; the service runs as `proxy serve` (a child
 process) on a SQLite file, with the feeds and one `watch` rule per AuctionWatch profile
 registered over the REST API; the farm pings `/api/v1/feeds/{id}/ping` for each publication.
-Everything is on 127.0.0.1, on a 2-core machine shared with other work (load 8-11).
+Everything is on 127.0.0.1, on a 2-core machine shared with other work (load 8-11 in the
+first runs of 2026-11-22, about 1 in the runs of 2026-11-23 shown here).
 
 What each column means (code: `proxy/bench/`, metrics tested in `tests/test_bench_metrics.py`):
 
@@ -69,13 +70,15 @@ Why the live proxy and the simulator differ, and what was done about each cause:
    worth about 4 points (a lighter Poisson run, lambda=6, mrsf-p: lag simulator 79.5% without
    tails, 75.6% with them; live 75.8%).
 3. **Pings handled in another chronon** (timing). The service opens an EI in the chronon in
-   which it handles the ping. On this shared 2-core machine (load 8-11 from other work) some
+   which it handles the ping. On this shared 2-core machine (at load 8-11 from other work) some
    pings were handled after the next tick (the token is checked in the database) or before a
    late tick; a shifted EI also regroups the profile's later AuctionWatch CEIs, so the service's
    CEIs drift from the generated ones (last column). Fixes, in order: the service runs as its
    own process (`proxy serve`), so the farm's publishing and pinging do not share its event loop
    (tick jitter p99 0.25 s in-process at 0.2 s chronons, 0.08 s as a process at 0.3 s); 0.3 s
    chronons; and the publication/ping timing above, which leaves most of a chronon for a late ping.
+   In the runs shown here (machine otherwise idle, service on uvloop) live equals the lag
+   simulator in every run without lost pings.
 4. **Probes before the publication** (accounting; fixed by the timing). With updates published
    in the middle of chronon `u` (an earlier version of this benchmark), a probe decided in `u`
    ran before the entry existed, yet the service credited it to the EI opened later in `u` and
