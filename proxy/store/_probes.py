@@ -188,13 +188,20 @@ class ProbesAndMetrics(ProfilesAndCeis):
     async def _known_pairs(
         self, conn: AsyncConnection, pairs: Sequence[tuple[int, str]]
     ) -> set[tuple[int, str]]:
-        """Which ``(feed_id, stored identity)`` pairs the entries table already holds."""
+        """Which ``(feed_id, stored identity)`` pairs the entries table already holds: one
+        indexed query per 500 pairs, whatever the number of feeds (``feed_id IN (…) AND
+        identity IN (…)`` reads a superset, which is filtered here)."""
         known: set[tuple[int, str]] = set()
-        by_feed: dict[int, list[str]] = {}
-        for feed_id, key in pairs:
-            by_feed.setdefault(feed_id, []).append(key)
-        for feed_id, keys in by_feed.items():
-            known.update((feed_id, key) for key in await self._known_keys(conn, feed_id, keys))
+        entries = cast(Table, EntryRow.__table__)
+        for chunk in _chunks(pairs):
+            wanted = set(chunk)
+            query = select(entries.c.feed_id, entries.c.identity).where(
+                entries.c.feed_id.in_(sorted({feed_id for feed_id, _ in chunk})),
+                entries.c.identity.in_(sorted({key for _, key in chunk})),
+            )
+            known.update(
+                pair for pair in map(tuple, await conn.execute(query)) if pair in wanted
+            )
         return known
 
     async def _insert_fresh_entries(
