@@ -536,6 +536,39 @@ async def test_record_probes_in_one_batch_equals_one_by_one(store: Store) -> Non
     assert [n for _, _, n in one_by_one["probes"]] == [1, 1, 0, 1, 0, 1, 0, 1, 0]  # type: ignore[attr-defined]
 
 
+async def test_record_probes_applies_redirects_and_410_as_one_by_one(store: Store) -> None:
+    async def scenario(tag: str, batched: bool) -> list[tuple[object, ...]]:
+        moved = (await store.register_feed(f"http://example.com/{tag}/moved"))[0].id
+        gone = (await store.register_feed(f"http://example.com/{tag}/gone"))[0].id
+        items = [
+            (ProbeInput(moved, at(1), "ok"), [], [], [], FeedUpdate(
+                probed_at=at(1), outcome="ok", update_validators=True, etag='"m"',
+                new_url=f"https://example.org/{tag}/moved")),
+            (ProbeInput(gone, at(1), "http_error"), [], [], [],
+             FeedUpdate(probed_at=at(1), outcome="http_error", error=True)),
+            (ProbeInput(gone, at(2), "gone"), [], [], [], FeedUpdate(
+                probed_at=at(2), outcome="gone", error=True, disabled_reason="410 Gone")),
+        ]
+        if batched:
+            await store.record_probes(items)
+        else:
+            for item in items:
+                await store.record_probe(*item)
+        feeds = [await store.get_feed(f) for f in (moved, gone)]
+        return [
+            (f.url.replace(tag, "T"), f.etag, f.last_outcome, f.consecutive_errors, f.disabled,
+             f.disabled_reason, f.last_probe_at)
+            for f in feeds
+        ]
+
+    one_by_one = await scenario("s1", batched=False)
+    assert await scenario("s2", batched=True) == one_by_one
+    assert one_by_one == [
+        ("https://example.org/T/moved", '"m"', "ok", 0, False, None, at(1)),
+        ("http://example.com/T/gone", None, "gone", 2, True, "410 Gone", at(2)),
+    ]
+
+
 async def test_record_probes_names_the_missing_feed_and_stores_nothing(store: Store) -> None:
     f0 = (await store.register_feed("http://example.com/a"))[0].id
     f1 = (await store.register_feed("http://example.com/b"))[0].id

@@ -296,18 +296,8 @@ class AccountsAndFeeds(StoreBase):
     async def _apply_feed_update(
         self, conn: AsyncConnection, feed_id: int, change: FeedUpdate
     ) -> None:
-        values: dict[str, Any] = {
-            "last_probe_at": change.probed_at,
-            "last_outcome": change.outcome[:32],
-            "next_allowed_at": change.next_allowed_at,
-            "consecutive_errors": FeedRow.consecutive_errors + 1 if change.error else 0,
-        }
-        if change.update_validators:
-            values["etag"] = change.etag
-            values["last_modified"] = change.last_modified
-        if change.disabled_reason is not None:
-            values["disabled"] = True
-            values["disabled_reason"] = change.disabled_reason
+        values: dict[str, Any] = feed_health_values(change)
+        values["consecutive_errors"] = consecutive_errors_after(change.error)
         if change.new_url is not None:
             new_url = change.new_url.strip()
             values["url"] = new_url
@@ -326,3 +316,25 @@ class AccountsAndFeeds(StoreBase):
         result = await conn.execute(update(FeedRow).where(FeedRow.id == feed_id).values(**values))
         if not result.rowcount:
             raise FeedNotFoundError(feed_id)
+
+
+def feed_health_values(change: FeedUpdate) -> dict[str, Any]:
+    """The feed columns a probe's :class:`FeedUpdate` sets as plain values: everything but
+    ``consecutive_errors`` (:func:`consecutive_errors_after`) and a redirect's new URL."""
+    values: dict[str, Any] = {
+        "last_probe_at": change.probed_at,
+        "last_outcome": change.outcome[:32],
+        "next_allowed_at": change.next_allowed_at,
+    }
+    if change.update_validators:
+        values["etag"] = change.etag
+        values["last_modified"] = change.last_modified
+    if change.disabled_reason is not None:
+        values["disabled"] = True
+        values["disabled_reason"] = change.disabled_reason
+    return values
+
+
+def consecutive_errors_after(error: bool) -> Any:
+    """``consecutive_errors`` after a probe: one more if it failed, else back to 0."""
+    return FeedRow.consecutive_errors + 1 if error else 0

@@ -14,6 +14,7 @@ from proxy.errors import (
     FeedNotFoundError,
     ValidationError,
 )
+from proxy.store._accounts import consecutive_errors_after, feed_health_values
 from proxy.store._base import (
     _ENTRY_COLUMNS,
     SUMMARY_MAX_CHARS,
@@ -356,7 +357,8 @@ class ProbesAndMetrics(ProfilesAndCeis):
 
         Updates are applied in rounds: round r holds the r-th update of each feed, so a
         feed's updates keep their order while a round's updates (one per feed) share a
-        statement per shape. Redirects and disabling take the one-by-one path.
+        statement per shape (the columns come from :func:`feed_health_values`, shared with
+        the one-feed path). A redirect takes the one-feed path.
         """
         occurrences: dict[int, int] = {}
         rounds: list[list[tuple[int, FeedUpdate]]] = []
@@ -370,34 +372,24 @@ class ProbesAndMetrics(ProfilesAndCeis):
             rounds[r].append((probe.feed_id, change))
         feeds = cast(Table, FeedRow.__table__)
         for updates in rounds:
-            shapes: dict[tuple[bool, bool], list[dict[str, Any]]] = {}
+            # One statement per shape: the columns set, and whether the error count grows.
+            shapes: dict[tuple[tuple[str, ...], bool], list[dict[str, Any]]] = {}
             for feed_id, change in updates:
-                if change.new_url is not None or change.disabled_reason is not None:
+                if change.new_url is not None:  # needs its own query for a URL clash
                     await self._apply_feed_update(conn, feed_id, change)
                     continue
-                row: dict[str, Any] = {
-                    "b_id": feed_id,
-                    "b_at": change.probed_at,
-                    "b_outcome": change.outcome[:32],
-                    "b_next": change.next_allowed_at,
-                }
-                if change.update_validators:
-                    row["b_etag"] = change.etag
-                    row["b_modified"] = change.last_modified
-                shapes.setdefault((change.error, change.update_validators), []).append(row)
-            for (error, validators), rows in shapes.items():
-                values: dict[str, Any] = {
-                    "last_probe_at": bindparam("b_at"),
-                    "last_outcome": bindparam("b_outcome"),
-                    "next_allowed_at": bindparam("b_next"),
-                    "consecutive_errors": feeds.c.consecutive_errors + 1 if error else 0,
-                }
-                if validators:
-                    values["etag"] = bindparam("b_etag")
-                    values["last_modified"] = bindparam("b_modified")
-                await conn.execute(
-                    update(feeds).where(feeds.c.id == bindparam("b_id")).values(**values), _params(rows)
+                values = feed_health_values(change)
+                row = {f"b_{column}": value for column, value in values.items()}
+                row["b_id"] = feed_id
+                shapes.setdefault((tuple(values), change.error), []).append(row)
+            for (columns, error), rows in shapes.items():
+                stmt = (
+                    update(feeds)
+                    .where(feeds.c.id == bindparam("b_id"))
+                    .values({column: bindparam(f"b_{column}") for column in columns})
+                    .values(consecutive_errors=consecutive_errors_after(error))
                 )
+                await conn.execute(stmt, _params(rows))
 
     async def _known_keys(
         self, conn: AsyncConnection, feed_id: int, keys: Sequence[str]
