@@ -45,3 +45,15 @@ def test_run_returns_the_coroutine_result_and_propagates_errors(monkeypatch: pyt
     assert aio.run(answer()) == 42
     with pytest.raises(LookupError, match="nope"):
         aio.run(fail())
+
+
+def test_farm_serve_refuses_an_unknown_event_loop() -> None:
+    from typer.testing import CliRunner
+
+    from proxy.cli import app
+
+    result = CliRunner().invoke(
+        app, ["farm", "serve", "--feeds", "1", "--duration", "0.1"], env={"PROXY_EVENT_LOOP": "tokio"}
+    )
+    assert result.exit_code == 2
+    assert "PROXY_EVENT_LOOP must be auto, uvloop or asyncio" in result.output

@@ -112,9 +112,9 @@ def serve(
     ] = None,
 ) -> None:
     """Serve synthetic RSS/Atom feeds on 127.0.0.1 until SIGINT/SIGTERM."""
-    import asyncio
     from datetime import timedelta
 
+    from proxy.aio import loop_name, run
     from proxy.sim.feedfarm import (
         FeedFarm,
         TraceEvent,
@@ -172,16 +172,10 @@ def serve(
             farm.set_fault(feed_id, f.mode, times=times, **f.params)
         for feed_id, url, headers in _read_ping_map(ping_map):
             farm.set_ping_target(feed_id, url, headers)
+        loop_name()  # a bad PROXY_EVENT_LOOP is a bad parameter too
     except (ValueError, LookupError) as exc:
         raise typer.BadParameter(str(exc)) from None
-    from proxy.aio import loop_factory
-
-    try:
-        factory = loop_factory()
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_serve(farm, duration, skipped))
+    run(_serve(farm, duration, skipped))
 
 
 async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:
