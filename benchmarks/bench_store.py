@@ -31,11 +31,13 @@ from pathlib import Path
 
 from proxy.store import (
     CaptureInput,
+    Cei,
     CeiStateChange,
     FeedUpdate,
     NewEi,
     NewEntry,
     ProbeInput,
+    ProbeItem,
     RuleInput,
     Store,
     upgrade_database,
@@ -86,28 +88,30 @@ async def bench_backend(url: str, args: argparse.Namespace) -> dict[str, str]:
                 await conn.exec_driver_sql("ANALYZE entries")
 
         # record_probe as in the live loop.
-        ceis = []
-        for i in range(args.probes):
-            cei = await store.add_cei(f"c{i}", profile.id, i, [NewEi(0, feeds[1 + i % 9], i, i + 5)])
-            ceis.append(cei)
+        async def make_ceis(prefix: str) -> list[Cei]:
+            return [
+                await store.add_cei(f"{prefix}{i}", profile.id, i, [NewEi(0, feeds[1 + i % 9], i, i + 5)])
+                for i in range(args.probes)
+            ]
+
+        def probe_item(n: int, ceis: list[Cei], base: int, resolve: bool) -> ProbeItem:
+            feed = feeds[1 + n % 9]
+            # The feed's window slides by a quarter per visit: a quarter of its entries are new.
+            visit_base = base + (n // 9) * (args.entries // 4)
+            at = T0 + dt.timedelta(seconds=n)
+            return (
+                ProbeInput(feed, at, "ok", finished_at=at, chronon=n, http_status=200, bytes=20_000),
+                [NewEntry(f"e{visit_base + k}", title="x", summary="y" * 300) for k in range(args.entries)],
+                [CaptureInput(ceis[n].eis[0].id, n)],
+                [CeiStateChange(ceis[n].id, "captured", n)] if resolve else [],
+                FeedUpdate(probed_at=at, outcome="ok", update_validators=True, etag=f'"{n}"'),
+            )
+
+        single_ceis = await make_ceis("c")
         counter = iter(range(10**9))
 
         async def one_probe() -> None:
-            n = next(counter)
-            feed = feeds[1 + n % 9]
-            # The feed's window slides by a quarter per visit: a quarter of its entries are new.
-            visit_base = (n // 9) * (args.entries // 4)
-            entries = [
-                NewEntry(f"e{visit_base + k}", title="x", summary="y" * 300) for k in range(args.entries)
-            ]
-            cei = ceis[n]
-            at = T0 + dt.timedelta(seconds=n)
-            await store.record_probe(
-                ProbeInput(feed, at, "ok", finished_at=at, chronon=n, http_status=200, bytes=20_000),
-                entries,
-                captures=[CaptureInput(cei.eis[0].id, n)],
-                feed_update=FeedUpdate(probed_at=at, outcome="ok", update_validators=True, etag=f'"{n}"'),
-            )
+            await store.record_probe(*probe_item(next(counter), single_ceis, 0, resolve=False))
 
         wall = time.perf_counter()
         samples = await _timed(one_probe, args.probes)
@@ -115,27 +119,14 @@ async def bench_backend(url: str, args: argparse.Namespace) -> dict[str, str]:
         rows["record_probe (20 entries, 1 capture)"] = f"{_ms(samples)}; {args.probes / wall:.0f} probes/s"
 
         # record_probes: the service's writer stores the probes that finished meanwhile
-        # in one call (one transaction); the same probes as above, --batch at a time.
-        batch_ceis = []
-        for i in range(args.probes):
-            cei = await store.add_cei(f"b{i}", profile.id, i, [NewEi(0, feeds[1 + i % 9], i, i + 5)])
-            batch_ceis.append(cei)
+        # in one call (one transaction); probes like those above, --batch at a time.
+        batch_ceis = await make_ceis("b")
         batch_counter = iter(range(10**9))
 
-        def probe_item(n: int) -> tuple[ProbeInput, list[NewEntry], list[CaptureInput], list[CeiStateChange], FeedUpdate]:
-            feed = feeds[1 + n % 9]
-            visit_base = 10**6 + (n // 9) * (args.entries // 4)
-            at = T0 + dt.timedelta(seconds=n)
-            return (
-                ProbeInput(feed, at, "ok", finished_at=at, chronon=n, http_status=200, bytes=20_000),
-                [NewEntry(f"e{visit_base + k}", title="x", summary="y" * 300) for k in range(args.entries)],
-                [CaptureInput(batch_ceis[n].eis[0].id, n)],
-                [CeiStateChange(f"b{n}", "captured", n)],
-                FeedUpdate(probed_at=at, outcome="ok", update_validators=True, etag=f'"{n}"'),
-            )
-
         async def one_batch() -> None:
-            await store.record_probes([probe_item(next(batch_counter)) for _ in range(args.batch)])
+            await store.record_probes(
+                [probe_item(next(batch_counter), batch_ceis, 10**6, resolve=True) for _ in range(args.batch)]
+            )
 
         rounds = max(1, args.probes // args.batch)
         wall = time.perf_counter()

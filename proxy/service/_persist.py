@@ -32,6 +32,7 @@ from proxy.store import (
     NewEi,
     NewEntry,
     ProbeInput,
+    ProbeItem,
     ProbeRecord,
     Store,
 )
@@ -344,9 +345,7 @@ class Writer:
         for step in group:
             await self._retrying(step)
 
-    def _probe_args(
-        self, step: ProbeWrite
-    ) -> tuple[ProbeInput, tuple[NewEntry, ...], list[CaptureInput], list[CeiStateChange], FeedUpdate]:
+    def _probe_args(self, step: ProbeWrite) -> ProbeItem:
         captures = []
         for c in step.captures:
             ei_id = self.ei_ids.get(c.cei_id, {}).get(c.ordinal)

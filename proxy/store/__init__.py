@@ -7,7 +7,8 @@ Public API::
     Store.from_url(url) / Store(engine)   # every query the service and API need
     records: User, Feed, FeedHealth, Profile, Rule, Cei, Ei, Entry, CapturedEntry, Probe,
              MetricsSummary, ProfileCompleteness, PurgeResult, ProbeRecord
-    inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate
+    inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
+             ProbeItem (one probe's inputs to record_probes)
 
 Nothing outside this package writes SQL. The store knows nothing of policies,
 HTTP or rule semantics.
@@ -32,6 +33,7 @@ from proxy.store._types import (
     NewEntry,
     Probe,
     ProbeInput,
+    ProbeItem,
     ProbeRecord,
     Profile,
     ProfileCompleteness,
@@ -59,6 +61,7 @@ __all__ = [
     "NewEntry",
     "Probe",
     "ProbeInput",
+    "ProbeItem",
     "ProbeRecord",
     "Profile",
     "ProfileCompleteness",

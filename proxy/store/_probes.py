@@ -46,19 +46,11 @@ from proxy.store._types import (
     NewEntry,
     Probe,
     ProbeInput,
+    ProbeItem,
     ProbeRecord,
     ProfileCompleteness,
     PurgeResult,
 )
-
-ProbeItem = tuple[
-    ProbeInput,
-    Sequence[NewEntry],
-    Sequence[CaptureInput],
-    Sequence[CeiStateChange],
-    FeedUpdate | None,
-]
-"""One probe's inputs to :meth:`ProbesAndMetrics.record_probes`."""
 
 
 def _params(rows: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:

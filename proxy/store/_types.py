@@ -7,6 +7,7 @@ carry no session or lazy loading. Datetimes are timezone-aware UTC.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -294,3 +295,13 @@ class ProbeRecord:
     probe_id: int
     new_identities: tuple[str, ...] = field(default=())
     captured_ei_ids: tuple[int, ...] = field(default=())
+
+
+ProbeItem = tuple[
+    ProbeInput,
+    Sequence[NewEntry],
+    Sequence[CaptureInput],
+    Sequence[CeiStateChange],
+    FeedUpdate | None,
+]
+"""One probe's inputs to :meth:`Store.record_probes`, in :meth:`Store.record_probe`'s order."""
