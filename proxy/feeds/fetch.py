@@ -244,7 +244,7 @@ class Fetcher:
         self._limiter = HostLimiter(
             self.settings.per_host_concurrency, self.settings.per_host_min_delay
         )
-        self._client: httpx.AsyncClient | None = None
+        self._client: CookielessAsyncClient | None = None
         self._executor: Executor | None = None
         self._parse: Callable[..., ParsedFeed] = parse_document
 
@@ -463,8 +463,7 @@ class Fetcher:
         """One request; returns status, headers and (for 2xx) the body read under the size limit."""
         assert self._client is not None
         limit = self.settings.max_body_bytes
-        request = self._client.build_request("GET", url, headers=headers)
-        response = await self._client.send(request, stream=True)
+        response = await self._client.open_get(url, headers)
         try:
             status = response.status_code
             # One pass over the headers (lower-cased keys); httpx.Headers.get re-decodes
