@@ -102,7 +102,7 @@ def default_policies() -> list[str]:
 def run(seeds: Sequence[int], policies: Sequence[str], time_limit: float, only_optimum: bool,
         refresh: Sequence[str], labels: Sequence[str] | None) -> dict[tuple[str, int, str], dict[str, str]]:
     rows = load_cache()
-    for key in [k for k in rows if k[2] in refresh]:
+    for key in [k for k in rows if k[2] in refresh and (not labels or k[0] in labels)]:
         del rows[key]
     for label, _, over in POINTS:
         if labels and label not in labels:
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per optimum solve")
     ap.add_argument("--only-optimum", action="store_true", help="fill the optimum cache only")
     ap.add_argument("--policies", default="", help="comma-separated (default: every registered but round-robin)")
-    ap.add_argument("--refresh", default="", help="comma-separated policies to recompute")
+    ap.add_argument("--refresh", default="", help="comma-separated policies to recompute (at --points only, if given)")
     ap.add_argument("--points", default="", help="comma-separated point labels (default: all)")
     ap.add_argument("--first-seed", type=int, default=1, help="seeds FIRST..N (to split work between processes)")
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"CSV cache (default {CACHE.relative_to(ROOT)})")
