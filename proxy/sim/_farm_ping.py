@@ -116,19 +116,23 @@ class Pinger:
             return
         task = asyncio.get_running_loop().create_task(self._send(pub, feed_url, request, delay))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            # Cancelled by close(), possibly before it even started: record it here,
+            # where every cancellation passes, not in _send.
+            if task.cancelled():
+                self.records.append(
+                    PingRecord(pub.feed_id, pub.entry_id, "failed", None, delay, "farm closed first")
+                )
+
+        task.add_done_callback(done)
 
     async def _send(self, pub: Publication, feed_url: str, req: PingRequest, delay: float) -> None:
         import aiohttp
 
-        try:
-            if delay > 0:
-                await asyncio.sleep(delay)
-        except asyncio.CancelledError:
-            self.records.append(
-                PingRecord(pub.feed_id, pub.entry_id, "failed", None, delay, "farm closed first")
-            )
-            raise
+        if delay > 0:
+            await asyncio.sleep(delay)
         body = req.body
         headers = dict(req.headers)
         if body is None:
