@@ -13,13 +13,22 @@ Requests to it are not counted in the feed statistics.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from proxy.sim._farm_http import Request, Response, text_response
 
 if TYPE_CHECKING:
     from proxy.sim.feedfarm import FeedFarm, FeedStats
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
 
 
 def _stats_json(stats: FeedStats) -> dict[str, Any]:
@@ -31,96 +40,105 @@ def _stats_json(stats: FeedStats) -> dict[str, Any]:
     }
 
 
-def add_control_routes(app: web.Application, farm: FeedFarm) -> None:
+def _json(data: Any) -> Response:
+    return Response(200, (("Content-Type", "application/json; charset=utf-8"),), json.dumps(data).encode())
+
+
+def _read_json(request: Request) -> dict[str, Any]:
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except ValueError as exc:
+        raise _HttpError(400, f"body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _HttpError(400, "body must be a JSON object")
+    return data
+
+
+def control_handler(farm: FeedFarm) -> Callable[[Request], Response]:
+    """The handler of every ``/_farm/...`` request of ``farm``."""
     from proxy.sim.feedfarm import FeedNotFoundError
 
-    async def health(_request: web.Request) -> web.Response:
-        return web.json_response(
-            {"ok": True, "feeds": len(farm.feed_ids), "trace_now": farm.trace_now()}
-        )
+    def health(_request: Request) -> Response:
+        return _json({"ok": True, "feeds": len(farm.feed_ids), "trace_now": farm.trace_now()})
 
-    async def stats(request: web.Request) -> web.Response:
-        feed_id = request.query.get("feed")
-        try:
-            body = _stats_json(farm.stats(feed_id))
-        except FeedNotFoundError as exc:
-            raise web.HTTPNotFound(text=str(exc)) from exc
+    def stats(request: Request) -> Response:
+        body = _stats_json(farm.stats(request.query.get("feed")))
         body["publications"] = len(farm.publications)
-        return web.json_response(body)
+        return _json(body)
 
-    async def read_json(request: web.Request) -> dict[str, Any]:
-        if not request.can_read_body:
-            return {}
-        try:
-            data = await request.json()
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=f"body is not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise web.HTTPBadRequest(text="body must be a JSON object")
-        return data
+    def publish(request: Request, feed_id: str) -> Response:
+        data = _read_json(request)
+        entry_id = farm.publish(feed_id, title=data.get("title"), summary=data.get("summary"))
+        return _json({"entry_id": entry_id})
 
-    async def publish(request: web.Request) -> web.Response:
-        data = await read_json(request)
+    def fault(request: Request, feed_id: str) -> Response:
+        if request.method == "DELETE":
+            farm.set_fault(feed_id, None)
+            return _json({"ok": True})
+        data = _read_json(request)
+        if "mode" not in data:
+            raise _HttpError(400, "fault body needs a 'mode'")
         try:
-            entry_id = farm.publish(
-                request.match_info["feed_id"], title=data.get("title"), summary=data.get("summary")
-            )
-        except FeedNotFoundError as exc:
-            raise web.HTTPNotFound(text=str(exc)) from exc
-        return web.json_response({"entry_id": entry_id})
-
-    async def fault(request: web.Request) -> web.Response:
-        feed_id = request.match_info["feed_id"]
-        try:
-            if request.method == "DELETE":
-                farm.set_fault(feed_id, None)
-            else:
-                data = await read_json(request)
-                if "mode" not in data:
-                    raise web.HTTPBadRequest(text="fault body needs a 'mode'")
-                farm.set_fault(
-                    feed_id, data["mode"], times=data.get("times"), **data.get("params", {})
-                )
-        except FeedNotFoundError as exc:
-            raise web.HTTPNotFound(text=str(exc)) from exc
+            farm.set_fault(feed_id, data["mode"], times=data.get("times"), **data.get("params", {}))
+        except FeedNotFoundError:
+            raise
         except (ValueError, TypeError) as exc:
-            raise web.HTTPBadRequest(text=str(exc)) from exc
-        return web.json_response({"ok": True})
+            raise _HttpError(400, str(exc)) from exc
+        return _json({"ok": True})
 
-    async def ping_target(request: web.Request) -> web.Response:
-        feed_id = request.match_info["feed_id"]
-        try:
-            if request.method == "DELETE":
-                farm.set_ping_target(feed_id, None)
-            else:
-                data = await read_json(request)
-                url, headers = data.get("url"), data.get("headers", {})
-                if not isinstance(url, str) or not isinstance(headers, dict):
-                    raise web.HTTPBadRequest(
-                        text="ping body needs a 'url' string and optional 'headers' object"
-                    )
-                farm.set_ping_target(feed_id, url, {str(k): str(v) for k, v in headers.items()})
-        except FeedNotFoundError as exc:
-            raise web.HTTPNotFound(text=str(exc)) from exc
-        return web.json_response({"ok": True})
+    def ping_target(request: Request, feed_id: str) -> Response:
+        if request.method == "DELETE":
+            farm.set_ping_target(feed_id, None)
+            return _json({"ok": True})
+        data = _read_json(request)
+        url, headers = data.get("url"), data.get("headers", {})
+        if not isinstance(url, str) or not isinstance(headers, dict):
+            raise _HttpError(400, "ping body needs a 'url' string and optional 'headers' object")
+        farm.set_ping_target(feed_id, url, {str(k): str(v) for k, v in headers.items()})
+        return _json({"ok": True})
 
-    async def publications(request: web.Request) -> web.Response:
+    def publications(request: Request) -> Response:
         try:
             since = int(request.query.get("since", "0"))
         except ValueError as exc:
-            raise web.HTTPBadRequest(text="since must be an integer") from exc
+            raise _HttpError(400, "since must be an integer") from exc
         rows = []
         for pub in farm.publications[since:]:
             row = asdict(pub)
             row["published"] = pub.published.isoformat()
             rows.append(row)
-        return web.json_response(rows)
+        return _json(rows)
 
-    app.router.add_get("/_farm/health", health)
-    app.router.add_get("/_farm/stats", stats)
-    app.router.add_post("/_farm/feeds/{feed_id}/publish", publish)
-    app.router.add_put("/_farm/feeds/{feed_id}/fault", fault)
-    app.router.add_delete("/_farm/feeds/{feed_id}/fault", fault)
-    app.router.add_put("/_farm/feeds/{feed_id}/ping", ping_target)
-    app.router.add_delete("/_farm/feeds/{feed_id}/ping", ping_target)
-    app.router.add_get("/_farm/publications", publications)
+    plain: dict[str, tuple[tuple[str, ...], Callable[[Request], Response]]] = {
+        "health": (("GET", "HEAD"), health),
+        "stats": (("GET", "HEAD"), stats),
+        "publications": (("GET", "HEAD"), publications),
+    }
+    per_feed: dict[str, tuple[tuple[str, ...], Callable[[Request, str], Response]]] = {
+        "publish": (("POST",), publish),
+        "fault": (("PUT", "DELETE"), fault),
+        "ping": (("PUT", "DELETE"), ping_target),
+    }
+
+    def handle(request: Request) -> Response:
+        parts = request.path.split("/")[2:]  # after "/_farm/"
+        try:
+            if len(parts) == 1 and parts[0] in plain:
+                methods, fn = plain[parts[0]]
+                if request.method not in methods:
+                    raise _HttpError(405, "method not allowed")
+                return fn(request)
+            if len(parts) == 3 and parts[0] == "feeds" and parts[2] in per_feed:
+                methods, feed_fn = per_feed[parts[2]]
+                if request.method not in methods:
+                    raise _HttpError(405, "method not allowed")
+                return feed_fn(request, parts[1])
+            raise _HttpError(404, "not found")
+        except FeedNotFoundError as exc:
+            return text_response(404, str(exc))
+        except _HttpError as exc:
+            return text_response(exc.status, exc.text)
+
+    return handle

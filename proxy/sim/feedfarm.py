@@ -31,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from proxy.sim._farm_control import control_handler
 from proxy.sim._farm_docs import (
     Entry,
     FeedFormat,
@@ -48,6 +49,7 @@ from proxy.sim._farm_docs import (
     render_rss,
 )
 from proxy.sim._farm_faults import FAULT_PARAMS, Fault, FaultMode, parse_fault_spec
+from proxy.sim._farm_http import HttpServer, Response, text_response
 from proxy.sim._farm_ping import PingDelay, Pinger, PingRecord, PingRequest, PingResolver
 from proxy.sim._farm_process import FarmProcess, FarmProcessError
 from proxy.sim._farm_trace import (
@@ -64,7 +66,7 @@ from proxy.sim._farm_trace import (
 )
 
 if TYPE_CHECKING:
-    from aiohttp import web
+    from proxy.sim._farm_http import Request, Result
 
 __all__ = [
     "DEFAULT_EPOCH",
@@ -137,6 +139,7 @@ class _Feed:
         "fmt",
         "last_modified",
         "requests",
+        "responses",
         "seq",
         "statuses",
     )
@@ -148,6 +151,8 @@ class _Feed:
         self.seq = 0
         self.last_modified = last_modified
         self.cache: dict[FeedFormat, Rendered] = {}
+        # (format, gzip, 304?) -> the response, built once per feed version.
+        self.responses: dict[tuple[FeedFormat, bool, bool], Response] = {}
         self.fault: Fault | None = None
         self.fault_left: int | None = None
         self.requests = 0
@@ -236,7 +241,8 @@ class FeedFarm:
         self.publications: list[Publication] = []
         self._pumping = False
         self._base_url: str | None = None
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
+        self._control = control_handler(self)
         self._closing = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
 
@@ -294,26 +300,13 @@ class FeedFarm:
 
     async def start(self) -> None:
         """Bind the server (``port=0`` picks a free port) and start trace time at 0."""
-        from aiohttp import web
-
-        if self._runner is not None:
+        if self._http is not None:
             raise RuntimeError("the feed farm is already running")
-        app = web.Application()
-        app.router.add_get("/feeds/{name}", self._handle_feed)
-        app.router.add_get("/loop/{feed_id}/{hop}", self._handle_loop)
-        app.router.add_get("/entries/{feed_id}/{seq}", self._handle_entry)
-        from proxy.sim._farm_control import add_control_routes
-
-        add_control_routes(app, self)
         # No access log: it would cost more than serving a cached feed.
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self._port, backlog=1024)
-        await site.start()
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self._port = int(port)
-        self._base_url = f"http://{host}:{self._port}"
+        http = HttpServer(self._route)
+        self._port = await http.start(self.host, self._port)
+        self._http = http
+        self._base_url = f"http://{self.host}:{self._port}"
         await self._pinger.start()
         self._t0 = self.clock.now()
         self._closing.clear()
@@ -332,9 +325,9 @@ class FeedFarm:
             if driver is not None:
                 await driver
         finally:
-            if self._runner is not None:
-                await self._runner.cleanup()
-                self._runner = None
+            if self._http is not None:
+                await self._http.close()
+                self._http = None
             await self._pinger.close()
             if self._log is not None:
                 self._log.close()
@@ -556,6 +549,7 @@ class FeedFarm:
         )
         feed.entries.appendleft(entry)
         feed.cache.clear()
+        feed.responses.clear()
         # HTTP dates have whole seconds: each version gets a strictly later
         # Last-Modified, or If-Modified-Since would hide a same-second change.
         date_s = date.replace(microsecond=0)
@@ -570,24 +564,39 @@ class FeedFarm:
             cached = feed.cache[fmt] = Rendered.build(body, feed.last_modified, fmt)
         return cached
 
-    async def _handle_feed(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
+    def _route(self, request: Request) -> Result | Awaitable[Result]:
+        """Dispatch by path: feeds, redirect loops, entry pages, the control API."""
+        path = request.path
+        if path.startswith("/_farm/"):
+            return self._control(request)
+        parts = path.split("/")
+        if request.method not in ("GET", "HEAD"):
+            known = len(parts) in (3, 4) and parts[1] in ("feeds", "loop", "entries")
+            return text_response(405 if known else 404, "method not allowed\n" if known else "not found\n")
+        if len(parts) == 3 and parts[1] == "feeds":
+            return self._handle_feed(request, parts[2])
+        if len(parts) == 4 and parts[1] == "loop":
+            return self._handle_loop(parts[2], parts[3])
+        if len(parts) == 4 and parts[1] == "entries":
+            return self._handle_entry(parts[2], parts[3])
+        return text_response(404, "not found\n")
 
-        feed_id, _, ext = request.match_info["name"].rpartition(".")
+    def _handle_feed(self, request: Request, name: str) -> Result | Awaitable[Result]:
+        feed_id, _, ext = name.rpartition(".")
         feed = self._feeds.get(feed_id)
         if feed is None or ext not in ("xml", "atom"):
-            return web.Response(status=404, text="no such feed\n")
+            return text_response(404, "no such feed\n")
         if self._next_event is not None:
             self.pump()
         fmt = FeedFormat.RSS if ext == "xml" else FeedFormat.ATOM
         feed.requests += 1
         headers = request.headers
-        inm = headers.get("If-None-Match")
-        ims = headers.get("If-Modified-Since")
+        inm = headers.get("if-none-match")
+        ims = headers.get("if-modified-since")
         if inm is not None or ims is not None:
             feed.conditional += 1
         if feed.fault is not None:
-            return await self._serve_fault(request, feed, fmt)
+            return self._serve_fault(feed, fmt)
         rendered = self._rendered(feed, fmt)
         if inm is not None:
             # RFC 9110 §13.1.2: weak comparison; either encoding's tag matches.
@@ -598,22 +607,31 @@ class FeedFarm:
             fresh = self._not_modified_since(feed, ims)
         else:
             fresh = False
-        gz = "gzip" in headers.get("Accept-Encoding", "")
-        out = {
-            "ETag": rendered.etag_gzip if gz else rendered.etag,
-            "Last-Modified": rendered.last_modified,
-            "Vary": "Accept-Encoding",
-            "Cache-Control": "max-age=0",
-        }
+        gz = "gzip" in headers.get("accept-encoding", "")
+        feed.statuses[304 if fresh else 200] += 1
+        key = (fmt, gz, fresh)
+        response = feed.responses.get(key)
+        if response is None:
+            response = feed.responses[key] = self._response(rendered, gz, fresh)
+        return response
+
+    @staticmethod
+    def _response(rendered: Rendered, gz: bool, fresh: bool) -> Response:
+        validators = (
+            ("ETag", rendered.etag_gzip if gz else rendered.etag),
+            ("Last-Modified", rendered.last_modified),
+            ("Vary", "Accept-Encoding"),
+            ("Cache-Control", "max-age=0"),
+        )
         if fresh:
-            feed.statuses[304] += 1
-            return web.Response(status=304, headers=out)
-        feed.statuses[200] += 1
-        out["Content-Type"] = rendered.content_type
+            return Response(304, validators)
         if gz:
-            out["Content-Encoding"] = "gzip"
-            return web.Response(body=rendered.gzipped(), headers=out)
-        return web.Response(body=rendered.body, headers=out)
+            return Response(
+                200,
+                (*validators, ("Content-Type", rendered.content_type), ("Content-Encoding", "gzip")),
+                rendered.gzipped(),
+            )
+        return Response(200, (*validators, ("Content-Type", rendered.content_type)), rendered.body)
 
     @staticmethod
     def _not_modified_since(feed: _Feed, ims: str) -> bool:
@@ -625,9 +643,7 @@ class FeedFarm:
             since = since.replace(tzinfo=UTC)
         return feed.last_modified <= since
 
-    async def _serve_fault(
-        self, request: web.Request, feed: _Feed, fmt: FeedFormat
-    ) -> web.StreamResponse:
+    def _serve_fault(self, feed: _Feed, fmt: FeedFormat) -> Result | Awaitable[Result]:
         from proxy.sim._farm_serve_faults import serve_fault
 
         fault = feed.fault
@@ -636,7 +652,7 @@ class FeedFarm:
             feed.fault_left -= 1
             if feed.fault_left <= 0:
                 feed.fault, feed.fault_left = None, None
-        return await serve_fault(self, request, feed.feed_id, fmt, fault)
+        return serve_fault(self, feed.feed_id, fmt, fault)
 
     def _count(self, feed_id: str, status: int) -> None:
         self._feeds[feed_id].statuses[status] += 1
@@ -644,31 +660,26 @@ class FeedFarm:
     def _document(self, feed_id: str, fmt: FeedFormat) -> bytes:
         return self._rendered(self._feeds[feed_id], fmt).body
 
-    async def _handle_loop(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        feed = self._feeds.get(request.match_info["feed_id"])
+    def _handle_loop(self, feed_id: str, hop: str) -> Response:
+        feed = self._feeds.get(feed_id)
         if feed is None:
-            return web.Response(status=404, text="no such feed\n")
+            return text_response(404, "no such feed\n")
         feed.requests += 1
         fault = feed.fault
         status = (
             int(fault.params["status"]) if fault and fault.mode is FaultMode.REDIRECT_LOOP else 302
         )
-        hop = request.match_info["hop"]
         location = (
             f"/loop/{feed.feed_id}/2" if hop == "1" else f"/feeds/{feed.feed_id}{feed.fmt.suffix}"
         )
         feed.statuses[status] += 1
-        return web.Response(status=status, headers={"Location": self.base_url + location})
+        return Response(status, (("Location", self.base_url + location),))
 
-    async def _handle_entry(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        feed = self._feeds.get(request.match_info["feed_id"])
-        if feed is None:
-            return web.Response(status=404, text="no such feed\n")
-        return web.Response(
-            text=f"<!DOCTYPE html><title>entry {request.match_info['seq']}</title>\n",
-            content_type="text/html",
+    def _handle_entry(self, feed_id: str, seq: str) -> Response:
+        if feed_id not in self._feeds:
+            return text_response(404, "no such feed\n")
+        return Response(
+            200,
+            (("Content-Type", "text/html; charset=utf-8"),),
+            f"<!DOCTYPE html><title>entry {seq}</title>\n".encode(),
         )
