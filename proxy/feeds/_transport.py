@@ -32,8 +32,12 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
 
-__all__ = ["CookielessAsyncClient", "LeanAiohttpTransport"]
+__all__ = ["YARL_URL", "CookielessAsyncClient", "LeanAiohttpTransport"]
+
+#: Request extension holding the request's URL as a ``yarl.URL`` (parsed once per feed URL).
+YARL_URL = "proxy.yarl_url"
 
 
 class _Body(httpx.AsyncByteStream):
@@ -73,9 +77,10 @@ class LeanAiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = request.content or None  # GET probes carry no body
+        url = request.extensions.get(YARL_URL)
         response = await self._session.request(
             request.method,
-            str(request.url),
+            url if url is not None else str(request.url),
             headers=request.headers.multi_items(),
             data=body,
             allow_redirects=False,
@@ -119,7 +124,7 @@ class CookielessAsyncClient(httpx.AsyncClient):
         super().__init__(transport=transport, **kwargs)
         self._lean_transport = transport
         self._url_cache = url_cache
-        self._urls: dict[str, httpx.URL] = {}
+        self._urls: dict[str, tuple[httpx.URL, yarl.URL]] = {}
 
     async def open_get(self, url: str, headers: Mapping[str, str]) -> httpx.Response:
         """``send(build_request("GET", url, headers=headers), stream=True)`` without the rest.
@@ -131,16 +136,20 @@ class CookielessAsyncClient(httpx.AsyncClient):
         caller reads the body with ``aiter_bytes`` (decoded) and must
         ``aclose`` the response.  An invalid URL raises ``httpx.InvalidURL``.
         """
-        parsed = self._urls.get(url)
-        if parsed is None:
+        urls = self._urls.get(url)
+        if urls is None:
             parsed = httpx.URL(url)
+            # aiohttp would parse the URL string again on every request; an already
+            # encoded yarl.URL is taken as it is.
+            urls = (parsed, yarl.URL(str(parsed), encoded=True))
             if len(self._urls) >= self._url_cache:
                 self._urls.clear()
-            self._urls[url] = parsed
+            self._urls[url] = urls
         merged = self.headers.copy()
         merged.update(headers)
         request = httpx.Request(
-            "GET", parsed, headers=merged, extensions={"timeout": self.timeout.as_dict()}
+            "GET", urls[0], headers=merged,
+            extensions={"timeout": self.timeout.as_dict(), YARL_URL: urls[1]},
         )
         response = await self._lean_transport.handle_async_request(request)
         response.request = request
