@@ -122,3 +122,14 @@ async def test_a_client_that_goes_away_mid_stream_does_not_disturb_the_farm(farm
     await asyncio.sleep(0.05)
     [(status, _, body)] = responses(await exchange(farm, b"GET /feeds/1.xml HTTP/1.1\r\nConnection: close\r\n\r\n"))
     assert status == 200 and b"<rss" in body
+
+
+async def test_also_hosts_serve_every_feed_on_the_same_port() -> None:
+    async with FeedFarm(2, prefill=1, clock=ManualClock(), also_hosts=("127.0.0.2", "127.0.0.3")) as farm:
+        for host in ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
+            reader, writer = await asyncio.open_connection(host, farm.port)
+            writer.write(b"GET /feeds/1.xml HTTP/1.1\r\nConnection: close\r\n\r\n")
+            [(status, _, body)] = responses(await asyncio.wait_for(reader.read(), 5))
+            writer.close()
+            assert status == 200 and b"urn:feedfarm:1:" in body
+        assert farm.stats("1").requests == 3

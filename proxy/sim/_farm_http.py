@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import cast
@@ -291,24 +291,32 @@ class _Connection(asyncio.Protocol):
 
 @dataclass
 class HttpServer:
-    """Serves ``handler`` on ``host:port`` (``port=0``: a free one, see :attr:`port`)."""
+    """Serves ``handler`` on one port of one or more addresses (see :meth:`start`)."""
 
     handler: Handler
-    _server: asyncio.Server | None = None
+    _servers: list[asyncio.Server] = field(default_factory=list)
     _connections: set[_Connection] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     port: int = 0
 
-    async def start(self, host: str, port: int, backlog: int = 1024) -> int:
+    async def start(self, hosts: Sequence[str], port: int, backlog: int = 1024) -> int:
+        """Listen on ``port`` of every address in ``hosts``; ``port=0`` picks one free on the first."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port, backlog=backlog)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        return self.port
+        try:
+            for host in hosts:
+                server = await loop.create_server(lambda: _Connection(self), host, port, backlog=backlog)
+                self._servers.append(server)
+                port = int(server.sockets[0].getsockname()[1])
+        except OSError:
+            await self.close()
+            raise
+        self.port = port
+        return port
 
     async def close(self) -> None:
         """Stop listening, end open connections and cancel handlers still running."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self._connections):
             if conn._transport is not None:
                 conn._transport.abort()
@@ -316,6 +324,6 @@ class HttpServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

@@ -67,6 +67,11 @@ def serve(
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="rss, atom or mixed.")] = "rss",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    also_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Another address to serve on, same port (repeatable), e.g. 127.0.0.2: "
+                          "feeds reachable under several host names, as in real deployments."),
+    ] = None,
     port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one.")] = 0,
     rate: Annotated[
         float, typer.Option(help="Poisson publications per feed per trace unit (0: none).")
@@ -166,6 +171,7 @@ def serve(
             ping_delay_rate=ping_delay_rate,
             ping_seed=ping_seed,
             host=host,
+            also_hosts=also_host or (),
             port=port,
         )
         for feed_id, f, times in faults:

@@ -167,7 +167,9 @@ class FeedFarm:
     or the feed ids themselves (letters, digits, ``_`` and ``-``).  ``formats``
     is ``"rss"``, ``"atom"``, ``"mixed"`` (even positions RSS, odd Atom) or a
     mapping from feed id to format.  ``prefill`` entries per feed exist before
-    the run (dated before ``epoch``) and are not publications.
+    the run (dated before ``epoch``) and are not publications.  ``also_hosts``
+    are more addresses served on the same port (e.g. ``127.0.0.2``): every
+    feed is reachable under each, as under several host names.
     """
 
     def __init__(
@@ -191,6 +193,7 @@ class FeedFarm:
         ping_delay_rate: float = 1.0,
         ping_seed: int | None = None,
         host: str = "127.0.0.1",
+        also_hosts: Sequence[str] = (),
         port: int = 0,
     ) -> None:
         ids = [str(i) for i in range(feeds)] if isinstance(feeds, int) else list(feeds)
@@ -213,6 +216,7 @@ class FeedFarm:
         self.trace_unit = trace_unit
         self.epoch = epoch
         self.host = host
+        self.also_hosts = tuple(also_hosts)
         self._port = port
         self._entry_text = entry_text or default_entry_text
         self._feeds: dict[str, _Feed] = {}
@@ -304,7 +308,7 @@ class FeedFarm:
             raise RuntimeError("the feed farm is already running")
         # No access log: it would cost more than serving a cached feed.
         http = HttpServer(self._route)
-        self._port = await http.start(self.host, self._port)
+        self._port = await http.start((self.host, *self.also_hosts), self._port)
         self._http = http
         self._base_url = f"http://{self.host}:{self._port}"
         await self._pinger.start()
