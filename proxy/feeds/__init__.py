@@ -2,13 +2,15 @@
 
 The service calls :meth:`Fetcher.probe` with what the last probe learned
 (:class:`FeedState`) and a :class:`KnownEntries` port, and persists the
-returned :data:`ProbeResult`.  This package knows nothing about SQL or
+returned :data:`ProbeResult`; :class:`ProbePool` offers the same ``probe``
+with the work spread over worker processes (both are :class:`Prober`).  This package knows nothing about SQL or
 scheduling; ``not_before`` on a result is advice the scheduler may follow.
 """
 
-from proxy.feeds.fetch import DEFAULT_USER_AGENT, Fetcher, FetcherSettings
+from proxy.feeds.fetch import DEFAULT_USER_AGENT, Fetcher, FetcherSettings, Prober
 from proxy.feeds.identity import entry_identity, split_new
 from proxy.feeds.parse import FeedParseError, ParsedFeed, parse_document
+from proxy.feeds.pool import ProbePool
 from proxy.feeds.results import (
     Entry,
     FeedState,
@@ -54,7 +56,9 @@ __all__ = [
     "Ok",
     "ParseError",
     "ParsedFeed",
+    "ProbePool",
     "ProbeResult",
+    "Prober",
     "RateLimited",
     "Redirected",
     "Refused",

@@ -39,7 +39,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urljoin
 
 import aiohttp
@@ -82,7 +82,14 @@ from proxy.feeds.ssrf import (
     literal_address,
 )
 
-__all__ = ["DEFAULT_USER_AGENT", "Fetcher", "FetcherSettings", "GuardedResolver"]
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "Fetcher",
+    "FetcherSettings",
+    "GuardedResolver",
+    "Prober",
+    "check_feed_url",
+]
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +180,20 @@ class FetcherSettings:
         return AddressPolicy(self.allow_private_networks, self.allowed_networks)
 
 
+class Prober(Protocol):
+    """What the service needs of a fetcher: :class:`Fetcher`, or :class:`~proxy.feeds.pool.ProbePool`."""
+
+    async def probe(self, state: FeedState, known: KnownEntries, *, now: datetime) -> ProbeResult:
+        """Probe one feed once; every outcome is a result (see :meth:`Fetcher.probe`)."""
+        ...
+
+    async def check_url(self, url: str) -> None:
+        """Raise :class:`FeedUrlRefusedError` for a URL the SSRF guard refuses."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 class GuardedResolver(AbstractResolver):
     """aiohttp resolver that refuses hosts resolving to any refused address.
 
@@ -208,6 +229,25 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         return None
+
+
+async def check_feed_url(url: str, policy: AddressPolicy, resolver: HostResolver) -> None:
+    """:meth:`Fetcher.check_url` without a fetcher: syntax, literal address, resolved addresses."""
+    host, port = check_url_syntax(url, policy)
+    try:
+        httpx.URL(url)  # what the client will parse (IDNA 2008 host encoding included)
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise FeedUrlRefusedError(url, f"not a valid URL ({exc})") from exc
+    if literal_address(host) is not None:
+        return
+    try:
+        addresses = await resolver.resolve(host, port)
+    except OSError as exc:
+        raise FeedUrlRefusedError(url, f"host {host!r} does not resolve ({exc})") from exc
+    try:
+        policy.check_addresses(host, addresses)
+    except AddressRefusedError as exc:
+        raise FeedUrlRefusedError(url, exc.reason) from exc
 
 
 class _TooLargeError(Exception):
@@ -311,21 +351,7 @@ class Fetcher:
         Raises :class:`FeedUrlRefusedError`; does not send any request.  The
         check is repeated at every fetch, so a later DNS change is caught too.
         """
-        host, port = check_url_syntax(url, self._policy)
-        try:
-            httpx.URL(url)  # what the client will parse (IDNA 2008 host encoding included)
-        except (httpx.InvalidURL, UnicodeError) as exc:
-            raise FeedUrlRefusedError(url, f"not a valid URL ({exc})") from exc
-        if literal_address(host) is not None:
-            return
-        try:
-            addresses = await self._resolver.resolve(host, port)
-        except OSError as exc:
-            raise FeedUrlRefusedError(url, f"host {host!r} does not resolve ({exc})") from exc
-        try:
-            self._policy.check_addresses(host, addresses)
-        except AddressRefusedError as exc:
-            raise FeedUrlRefusedError(url, exc.reason) from exc
+        await check_feed_url(url, self._policy, self._resolver)
 
     # ------------------------------------------------------------------ probing
 
