@@ -123,6 +123,15 @@ class Settings(BaseSettings):
     per_host_min_delay_seconds: float = Field(
         default=1.0, ge=0, description="Least time between two requests to the same feed host."
     )
+    probe_processes: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Worker processes that probe feeds (fetch and parse); 0 probes in the service's own "
+            "process. Set it to the number of cores when probing is CPU-bound "
+            "(docs/bench-probe.md)."
+        ),
+    )
     retention_days: int = Field(
         default=30,
         ge=0,

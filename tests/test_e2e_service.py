@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from proxy.feeds import ProbePool
 from proxy.sim.feedfarm import FeedFarm
 from tests.test_e2e_support import (
     Running,
@@ -34,9 +35,13 @@ async def _ceis(px: Running, profile: int, state: str | None = None) -> list[dic
     return ceis
 
 
-async def run_motivating_example(database_url: str) -> None:
-    settings = e2e_settings(database_url)
+async def run_motivating_example(database_url: str, **overrides: Any) -> None:
+    settings = e2e_settings(database_url, **overrides)
     async with FeedFarm(["mish", "cnn", "money"], prefill=2) as farm, running(settings) as px:
+        fetcher = px.service.fetcher
+        assert isinstance(fetcher, ProbePool) == bool(settings.probe_processes)
+        if isinstance(fetcher, ProbePool):
+            assert len(fetcher.worker_pids()) == settings.probe_processes
         ids = {}
         for name in ("mish", "cnn", "money"):
             r = await px.post("/api/v1/feeds", {"url": farm.url(name)})
@@ -122,6 +127,11 @@ async def run_motivating_example(database_url: str) -> None:
 
 async def test_motivating_example_sqlite(sqlite_url: str) -> None:
     await run_motivating_example(sqlite_url)
+
+
+async def test_motivating_example_with_probes_in_worker_processes(sqlite_url: str) -> None:
+    """PROXY_PROBE_PROCESSES=2: the same run, every probe made by a ProbePool worker."""
+    await run_motivating_example(sqlite_url, probe_processes=2)
 
 
 @pytest.mark.postgres

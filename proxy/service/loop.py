@@ -41,13 +41,13 @@ from proxy.core.policies import Policy
 from proxy.errors import StorageError
 from proxy.feeds import (
     Entry,
-    Fetcher,
     Gone,
     HttpError,
     NetworkError,
     NotModified,
     Ok,
     ParseError,
+    Prober,
     ProbeResult,
     RateLimited,
     Redirected,
@@ -77,7 +77,7 @@ class ChrononLoop:
     runtime: Runtime
     store: Store
     writer: Writer
-    fetcher: Fetcher
+    fetcher: Prober
     clock: ChrononClock
     metrics: ServiceMetrics
     budget: int

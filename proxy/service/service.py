@@ -28,7 +28,7 @@ import structlog
 
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StorageError
-from proxy.feeds import Fetcher, FetcherSettings
+from proxy.feeds import Fetcher, FetcherSettings, ProbePool, Prober
 from proxy.rules import ProfileSpec, TriggerEvaluator
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
@@ -87,7 +87,7 @@ class ProxyService:
         settings: Settings,
         *,
         store: Store | None = None,
-        fetcher: Fetcher | None = None,
+        fetcher: Prober | None = None,
         metrics: ServiceMetrics | None = None,
         wall: Callable[[], float] = time.time,
         run_loop: bool = True,
@@ -140,6 +140,13 @@ class ProxyService:
         return self._loop
 
     @property
+    def fetcher(self) -> Prober:
+        """What probes the feeds: a :class:`Fetcher`, or a :class:`ProbePool` (``probe_processes``)."""
+        if self._fetcher is None:
+            raise RuntimeError("ProxyService is not started")
+        return self._fetcher
+
+    @property
     def clock(self) -> ChrononClock:
         if self._clock is None:
             raise RuntimeError("ProxyService is not started")
@@ -153,9 +160,14 @@ class ProxyService:
             self._store = Store.from_url(s.database_url)
         store = self._store
         if self._fetcher is None:
-            self._fetcher = Fetcher(fetcher_settings(s))
-        if self._own_fetcher:
-            await self._fetcher.__aenter__()
+            if s.probe_processes:
+                pool = ProbePool(fetcher_settings(s), processes=s.probe_processes)
+                await pool.__aenter__()
+                self._fetcher = pool
+            else:
+                fetcher = Fetcher(fetcher_settings(s))
+                await fetcher.__aenter__()
+                self._fetcher = fetcher
         self._clock = clock = await self._load_clock(store)
         runtime = self._runtime = Runtime(clock)
         self._writer = writer = Writer(store, self.metrics)
