@@ -1,8 +1,12 @@
 """Probe pipeline throughput (fetch + parse + new-entry detection, no database) against the farm.
 
 The feed farm runs in a child process (``FarmProcess``) serving ``--feeds``
-RSS feeds of 20 entries.  One :class:`proxy.feeds.Fetcher` (one shared
-client) probes them from ``--concurrency`` coroutines:
+RSS feeds of 20 entries on ``--hosts`` loopback addresses (127.0.0.1, .2, …:
+feed ``i`` is fetched from host ``i mod hosts``, as feeds live on many hosts).
+For each layout in ``--processes`` the pipeline probes them from
+``--concurrency`` coroutines: ``0`` is one :class:`proxy.feeds.Fetcher` in
+this process (one shared client), ``N`` a :class:`proxy.feeds.ProbePool` of N
+worker processes (what ``PROXY_PROBE_PROCESSES=N`` runs):
 
 * **changed**: every probe is sent without validators, so every answer is a
   full 200 document that is decompressed, parsed and split into known/new
@@ -10,9 +14,10 @@ client) probes them from ``--concurrency`` coroutines:
 * **not modified**: every probe carries the validators learned above, so
   every answer is a 304.
 
-RSS of this process is sampled after 10k and after ``--probes`` probes of the
-changed phase: the known-entry sets are complete after the first pass over
-the feeds, so growth after that point is the fetch layer's.
+RSS of this process (plus the pool's workers) is sampled after 10k and after
+``--probes`` probes of the changed phase: the known-entry sets are complete
+after the first pass over the feeds, so growth after that point is the fetch
+layer's.
 
 Then the ``reader`` library (PyPI ``reader``) updates ``--reader-feeds`` of the
 same farm's feeds with ``update_feeds(workers=…)``, first pass (200s, parse,
@@ -62,12 +67,15 @@ def make_rss(base: str, feed: int, n: int, version: int = 0) -> bytes:
     ).encode()
 
 
-def rss_mib() -> float:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def rss_mib(pids: list[int] | None = None) -> float:
+    """Resident memory of this process (and of ``pids``), MiB."""
+    total = 0.0
+    for pid in pids or ["self"]:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
@@ -79,6 +87,7 @@ def cpu_seconds(pid: int) -> float:
 
 @dataclass
 class Phase:
+    layout: str
     name: str
     probes: int
     seconds: float
@@ -105,27 +114,38 @@ class Phase:
         return 2 / ((self.client_cpu + self.farm_cpu) / self.probes)
 
 
+def host_addresses(n: int) -> list[str]:
+    return [f"127.0.0.{1 + i}" for i in range(n)]
+
+
+def feed_urls(port: int, feeds: int, hosts: int) -> list[str]:
+    addrs = host_addresses(hosts)
+    return [f"http://{addrs[i % hosts]}:{port}/feeds/{i}.xml" for i in range(feeds)]
+
+
 async def run_fetcher(
-    args: argparse.Namespace, base: str, farm_pid: int
+    args: argparse.Namespace, port: int, farm_pid: int, processes: int
 ) -> tuple[list[Phase], dict[int, float]]:
-    from proxy.feeds import FeedState, Fetcher, FetcherSettings, MemoryKnownEntries, Ok
+    from proxy.feeds import FeedState, Fetcher, FetcherSettings, MemoryKnownEntries, Ok, ProbePool
 
     settings = FetcherSettings(
         allow_private_networks=True,
-        per_host_concurrency=args.concurrency,  # the whole farm is one host
+        per_host_concurrency=args.concurrency,  # no politeness delay against our own farm
         per_host_min_delay=0,
         max_connections=args.concurrency,
         parse_threads=args.parse_threads,
         parse_processes=args.parse_processes,
     )
-    urls = [f"{base}/feeds/{i}.xml" for i in range(args.feeds)]
+    urls = feed_urls(port, args.feeds, args.hosts)
     known = [MemoryKnownEntries() for _ in urls]
     states: list[FeedState] = [FeedState(u) for u in urls]
     memory: dict[int, float] = {}
     phases: list[Phase] = []
     now = datetime.now(UTC)
+    layout = f"ProbePool, {processes} worker processes" if processes else "one Fetcher in one process"
+    prober = ProbePool(settings, processes=processes) if processes else Fetcher(settings)
 
-    async with Fetcher(settings) as fetcher:
+    async with prober as fetcher:
 
         async def phase(name: str, total: int, conditional: bool) -> Phase:
             outcomes: Counter[str] = Counter()
@@ -145,17 +165,17 @@ async def run_fetcher(
                         states[k] = result.state
                     done = i + 1
                     if not conditional and done in (10_000, total):
-                        memory[done] = rss_mib()
+                        memory[done] = rss_mib(["self", *_worker_pids(fetcher)])
 
-            workers = [os.getpid(), *_parse_workers(fetcher)]
+            workers = [os.getpid(), *_worker_pids(fetcher)]
             cpu0 = sum(cpu_seconds(p) for p in workers)
             farm0 = cpu_seconds(farm_pid)
             t0 = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
             seconds = time.perf_counter() - t0
-            workers = [os.getpid(), *_parse_workers(fetcher)]
+            workers = [os.getpid(), *_worker_pids(fetcher)]
             return Phase(
-                name, total, seconds, outcomes, parsers,
+                layout, name, total, seconds, outcomes, parsers,
                 client_cpu=sum(cpu_seconds(p) for p in workers) - cpu0,
                 farm_cpu=cpu_seconds(farm_pid) - farm0,
             )
@@ -229,9 +249,14 @@ async def run_layers(args: argparse.Namespace, base: str) -> list[tuple[str, flo
     return out
 
 
-def _parse_workers(fetcher: object) -> list[int]:
+def _worker_pids(fetcher: object) -> list[int]:
+    """The pool's probe workers, or the fetcher's parse worker processes."""
     from concurrent.futures import ProcessPoolExecutor
 
+    from proxy.feeds import ProbePool
+
+    if isinstance(fetcher, ProbePool):
+        return fetcher.worker_pids()
     executor = getattr(fetcher, "_executor", None)
     if isinstance(executor, ProcessPoolExecutor):
         return [p.pid for p in (executor._processes or {}).values() if p.pid is not None]
@@ -260,9 +285,12 @@ def run_reader(args: argparse.Namespace, base: str) -> list[tuple[str, int, floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--feeds", type=int, default=10_000)
+    ap.add_argument("--hosts", type=int, default=8, help="loopback addresses the feeds are spread over")
+    ap.add_argument("--processes", default="0,2",
+                    help="layouts to measure: 0 = Fetcher in this process, N = ProbePool of N workers")
     ap.add_argument("--probes", type=int, default=100_000)
     ap.add_argument("--probes-304", type=int, default=50_000)
-    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--parse-threads", type=int, default=1)
     ap.add_argument("--parse-processes", type=int, default=0)
     ap.add_argument("--reader-feeds", type=int, default=1000)
@@ -272,22 +300,35 @@ def main() -> None:
                     help="event loop of the client and the farm (default: proxy.aio's choice)")
     ap.add_argument("--out", type=Path, default=DOC)
     args = ap.parse_args()
+    if not 1 <= args.hosts <= 254:
+        ap.error(f"--hosts must be 1..254, got {args.hosts}")
+    layouts = [int(x) for x in args.processes.split(",") if x]
+    if not layouts or min(layouts) < 0:
+        ap.error(f"--processes must list numbers >= 0, got {args.processes!r}")
     if args.loop:
         os.environ["PROXY_EVENT_LOOP"] = args.loop  # the farm child process inherits it
 
     from proxy.sim.feedfarm import FarmProcess
 
     farm_args = ["--feeds", str(args.feeds), "--entries", "20", "--prefill", "20"]
+    for addr in host_addresses(args.hosts)[1:]:
+        farm_args += ["--also-host", addr]
+    phases: list[Phase] = []
+    memory: dict[str, dict[int, float]] = {}
     with FarmProcess(farm_args) as farm:
         base = farm.url.rstrip("/")
         assert farm.proc is not None
         layers = aio.run(run_layers(args, base))
-        phases, memory = aio.run(run_fetcher(args, base, farm.proc.pid))
+        for processes in layouts:
+            got, mem = aio.run(run_fetcher(args, farm.port, farm.proc.pid, processes))
+            phases += got
+            memory[got[0].layout] = mem
         reader_rows = run_reader(args, base)
 
     load = os.getloadavg()
     cmd = (
-        f".venv/bin/python benchmarks/bench_probe.py --feeds {args.feeds} --probes {args.probes} "
+        f".venv/bin/python benchmarks/bench_probe.py --feeds {args.feeds} --hosts {args.hosts} "
+        f"--processes {args.processes} --probes {args.probes} "
         f"--probes-304 {args.probes_304} --concurrency {args.concurrency} "
         f"--parse-threads {args.parse_threads} --parse-processes {args.parse_processes} "
         f"--reader-feeds {args.reader_feeds} --reader-workers {args.reader_workers} "
@@ -300,23 +341,25 @@ def main() -> None:
         f"{os.cpu_count()} cores, Python {platform.python_version()}; load average after the run "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (the machine is shared; figures move with it). "
         f"The farm (`proxy farm serve`, {args.feeds} RSS feeds x 20 entries, gzip) runs in a "
-        "child process on 127.0.0.1; one `Fetcher` (one shared cookie-less httpx client over the "
-        "lean aiohttp transport of `proxy.feeds._transport`) probes it.",
+        f"child process on {args.hosts} loopback address(es); the probes go through one cookie-less "
+        "httpx client per process over the lean aiohttp transport of `proxy.feeds._transport`.",
         "",
-        "| phase | probes | seconds | probes/s (measured) | client CPU µs/probe | farm CPU µs/probe "
-        "| capacity of 2 idle cores, probes/s | outcomes | parser |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| layout | phase | probes | seconds | probes/s (measured) | client CPU µs/probe "
+        "| farm CPU µs/probe | capacity of 2 idle cores, probes/s | outcomes | parser |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in phases:
         lines.append(
-            f"| {p.name} | {p.probes} | {p.seconds:.1f} | **{p.rate:,.0f}** | {p.client_us:.0f} "
-            f"| {p.farm_us:.0f} | {p.capacity:,.0f} | {dict(p.outcomes)} | {dict(p.parsers) or '-'} |"
+            f"| {p.layout} | {p.name} | {p.probes} | {p.seconds:.1f} | **{p.rate:,.0f}** "
+            f"| {p.client_us:.0f} | {p.farm_us:.0f} | {p.capacity:,.0f} | {dict(p.outcomes)} "
+            f"| {dict(p.parsers) or '-'} |"
         )
     lines += [
         "",
-        "'Capacity' is 2 / (client + farm CPU seconds per probe): what the pipeline and the farm "
-        "together would sustain on this 2-core machine if nothing else ran. The measured rate "
-        "is lower whenever other jobs share the cores (see the load average above).",
+        "Client CPU counts this process and the pool's workers (all threads). 'Capacity' is "
+        "2 / (client + farm CPU seconds per probe): what the pipeline and the farm together would "
+        "sustain on this 2-core machine if nothing else ran. The measured rate is lower whenever "
+        "other jobs share the cores (see the load average above).",
     ]
     lines += [
         "",
@@ -329,11 +372,12 @@ def main() -> None:
     lines += [f"| {name} | {rps:,.0f} | {us:.0f} |" for name, rps, us in layers]
     lines += [
         "",
-        "Memory (RSS of the benchmark process, fetcher + known-entry sets, which are "
-        "complete after the first pass):",
+        "Memory (RSS of the benchmark process and the pool's workers: fetchers + known-entry "
+        "sets, which are complete after the first pass):",
         "",
     ]
-    lines += [f"- after {n:,} probes: {mib:.1f} MiB" for n, mib in sorted(memory.items())]
+    for layout, mem in memory.items():
+        lines += [f"- {layout}, after {n:,} probes: {mib:.1f} MiB" for n, mib in sorted(mem.items())]
     lines += [
         "",
         f"### Peer: `reader` {__import__('reader').__version__} on the same farm",
@@ -341,12 +385,16 @@ def main() -> None:
         f"`update_feeds(scheduled=False, workers={args.reader_workers})` over {args.reader_feeds} "
         "feeds, SQLite storage in a temporary directory.",
         "",
-        "| pass | feeds | seconds | feeds/s | our probes/s / reader's |",
-        "|---|---|---|---|---|",
+        "| pass | feeds | seconds | feeds/s | "
+        + " | ".join(f"{layout}: probes/s / reader's" for layout in memory) + " |",
+        "|---|---|---|---|" + "---|" * len(memory),
     ]
-    ours = [phases[0].rate, phases[1].rate]
-    for (name, n, secs), mine in zip(reader_rows, ours, strict=True):
-        lines.append(f"| {name} | {n} | {secs:.1f} | {n / secs:,.0f} | **{mine / (n / secs):.1f}x** |")
+    for k, (name, n, secs) in enumerate(reader_rows):
+        ratios = " | ".join(
+            f"**{[p for p in phases if p.layout == layout][k].rate / (n / secs):.1f}x**"
+            for layout in memory
+        )
+        lines.append(f"| {name} | {n} | {secs:.1f} | {n / secs:,.0f} | {ratios} |")
     lines.append("")
     text = "\n".join(lines)
     write_between_markers(args.out, text)
