@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -200,3 +202,44 @@ def test_ok_and_not_modified_round_trip_exactly(
 def test_rare_outcomes_travel_as_themselves() -> None:
     t = Timeout(state=FeedState("http://x/"), elapsed=1.0, not_before=NOW, phase="read")
     assert decode_result(encode_result(t), MemoryKnownEntries()) == t
+
+
+_ORPHAN_SCRIPT = """
+import asyncio, sys
+from proxy.feeds import FetcherSettings
+from proxy.feeds.pool import ProbePool
+
+async def main():
+    async with ProbePool(FetcherSettings(), processes=2) as pool:
+        print(*pool.worker_pids(), flush=True)
+        await asyncio.sleep(60)
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
+    """A SIGKILLed service leaves no probe workers behind: each exits when its link closes."""
+    script = tmp_path / "orphans.py"
+    script.write_text(_ORPHAN_SCRIPT, encoding="utf-8")
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(script), stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    pids = [int(p) for p in line.split()]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    proc.kill()
+    await proc.wait()
+    for _ in range(100):
+        if not any(_alive(p) for p in pids):
+            break
+        await asyncio.sleep(0.1)
+    assert not any(_alive(p) for p in pids), "probe workers outlived their parent"
