@@ -227,7 +227,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
+async def test_workers_ignore_sigint_and_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
     """A SIGKILLed service leaves no probe workers behind: each exits when its link closes."""
     script = tmp_path / "orphans.py"
     script.write_text(_ORPHAN_SCRIPT, encoding="utf-8")
@@ -236,6 +236,11 @@ async def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     pids = [int(p) for p in line.split()]
     assert len(pids) == 2 and all(_alive(p) for p in pids)
+    # ^C at a terminal reaches every process of the group: workers leave stopping to the parent.
+    for pid in pids:
+        os.kill(pid, signal.SIGINT)
+    await asyncio.sleep(0.5)
+    assert all(_alive(p) for p in pids)
     proc.kill()
     await proc.wait()
     for _ in range(100):

@@ -38,6 +38,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import socket
 import struct
 import time
@@ -200,10 +201,12 @@ def _worker_main(conn: Connection, settings: FetcherSettings, resolver: HostReso
     """Entry point of a worker process: probe what the parent asks until it says stop."""
     from proxy import aio
 
+    # ^C at a terminal reaches the whole process group: the parent decides when its
+    # workers stop (a "stop" message, or its end, which closes the link).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=os.dup(conn.fileno()))
     conn.close()
-    with contextlib.suppress(KeyboardInterrupt):  # the parent stops us; ^C reaches it too
-        aio.run(_serve(sock, settings, resolver))
+    aio.run(_serve(sock, settings, resolver))
 
 
 async def _serve(sock: socket.socket, settings: FetcherSettings, resolver: HostResolver | None) -> None:
@@ -295,7 +298,11 @@ class ProbePool:
         loop = asyncio.get_running_loop()
         for w in self._workers:
             w.ready = loop.create_future()
-        await asyncio.gather(*(self._start(w) for w in self._workers))
+        try:
+            await asyncio.gather(*(self._start(w) for w in self._workers))
+        except BaseException:
+            await self.aclose()  # no worker outlives a pool that failed to start
+            raise
         self._started = True
         return self
 
