@@ -133,3 +133,13 @@ async def test_also_hosts_serve_every_feed_on_the_same_port() -> None:
             writer.close()
             assert status == 200 and b"urn:feedfarm:1:" in body
         assert farm.stats("1").requests == 3
+
+
+async def test_an_ipv6_farm_names_itself_with_brackets() -> None:
+    async with FeedFarm(1, prefill=1, clock=ManualClock(), host="::1") as farm:
+        assert farm.base_url == f"http://[::1]:{farm.port}"
+        reader, writer = await asyncio.open_connection("::1", farm.port)
+        writer.write(b"GET /feeds/0.xml HTTP/1.1\r\nConnection: close\r\n\r\n")
+        [(status, _, body)] = responses(await asyncio.wait_for(reader.read(), 5))
+        writer.close()
+        assert status == 200 and f"http://[::1]:{farm.port}/".encode() in body

@@ -310,7 +310,8 @@ class FeedFarm:
         http = HttpServer(self._route)
         self._port = await http.start((self.host, *self.also_hosts), self._port)
         self._http = http
-        self._base_url = f"http://{self.host}:{self._port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # RFC 3986: IPv6 in brackets
+        self._base_url = f"http://{host}:{self._port}"
         await self._pinger.start()
         self._t0 = self.clock.now()
         self._closing.clear()
