@@ -145,6 +145,22 @@ async def test_a_worker_that_dies_fails_its_probes_and_is_replaced(farm: FeedFar
         assert pool.worker_pids() != [pid]
 
 
+async def test_a_replacement_that_dies_too_is_replaced_again(farm: FeedFarm) -> None:
+    async with ProbePool(LOCAL, processes=1) as pool:
+        seen = set(pool.worker_pids())
+        for _ in range(2):
+            [pid] = pool.worker_pids()
+            os.kill(pid, signal.SIGKILL)
+            for _ in range(300):  # the replacement says hello
+                await asyncio.sleep(0.05)
+                if pool.worker_pids() and pool.worker_pids()[0] not in seen:
+                    break
+            seen.update(pool.worker_pids())
+        assert len(seen) == 3
+        ok = await asyncio.wait_for(pool.probe(FeedState(farm.url("4")), MemoryKnownEntries(), now=NOW), 30)
+        assert isinstance(ok, Ok)
+
+
 async def test_cancelling_a_probe_cancels_it_in_the_worker(farm: FeedFarm, pool: ProbePool) -> None:
     farm.set_fault("9", "timeout", seconds=30)
     task = asyncio.ensure_future(pool.probe(FeedState(farm.url("9")), MemoryKnownEntries(), now=NOW))

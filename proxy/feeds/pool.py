@@ -255,6 +255,7 @@ class _Worker:
         # request id -> (future, state, perf_counter at the start, the probe's now)
         self.pending: dict[int, tuple[asyncio.Future[tuple[Any, ...]], FeedState, float, datetime]] = {}
         self.pid: int | None = None
+        self.generation = 0  # which start of this worker a link belongs to
 
 
 class ProbePool:
@@ -354,8 +355,9 @@ class ProbePool:
         sock = socket.socket(fileno=os.dup(parent.fileno()))
         parent.close()
         w.process = process
+        w.generation += 1
         w.link = await _connect(sock, functools.partial(self._on_message, w),
-                                functools.partial(self._on_lost, w))
+                                functools.partial(self._on_lost, w, w.generation))
         try:
             w.pid = await asyncio.wait_for(asyncio.shield(w.ready), self._start_timeout)
         except TimeoutError:
@@ -374,9 +376,9 @@ class ProbePool:
         if entry is not None and not entry[0].done():
             entry[0].set_result(encoded)
 
-    def _on_lost(self, w: _Worker) -> None:
-        if self._closing:
-            return
+    def _on_lost(self, w: _Worker, generation: int) -> None:
+        if self._closing or generation != w.generation:
+            return  # closing, or the late end of a worker already replaced
         code = w.process.exitcode if w.process is not None else None
         if w.ready is not None and not w.ready.done():
             # It died before saying hello: starting another would most likely fail the same way.
@@ -388,9 +390,28 @@ class ProbePool:
         w.link, w.pid = None, None
         loop = asyncio.get_running_loop()
         w.ready = loop.create_future()  # probes for this worker wait for the replacement
-        task = loop.create_task(self._start(w))
+        task = loop.create_task(self._restart(w))
         self._restarts.add(task)
         task.add_done_callback(self._restarts.discard)
+
+    async def _restart(self, w: _Worker) -> None:
+        """Start a replacement for ``w``, retrying with back-off (1 s doubling to 60 s) until it runs.
+
+        Meanwhile the probes of its hosts end as ``NetworkError`` (with back-off), as
+        for any unreachable feed: the pool never gives up on a shard.
+        """
+        delay = 1.0
+        while not self._closing:
+            try:
+                await self._start(w)
+                return
+            except Exception as exc:
+                log.error("probe worker %d did not restart (%s); next attempt in %g s", w.index, exc, delay)
+                if w.process is not None and w.process.is_alive():
+                    w.process.terminate()
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 60.0)
+                w.ready = asyncio.get_running_loop().create_future()
 
     def _fail_pending(self, w: _Worker, reason: str) -> None:
         pending, w.pending = w.pending, {}
