@@ -26,6 +26,7 @@ __all__ = [
     "MemoryKnownEntries",
     "NetworkError",
     "NotModified",
+    "NothingKnown",
     "Ok",
     "ParseError",
     "ProbeResult",
@@ -89,6 +90,18 @@ class KnownEntries(Protocol):
     def known(self, identities: Collection[str]) -> set[str]:
         """Return the subset of ``identities`` already seen for this feed."""
         ...
+
+
+class NothingKnown:
+    """A :class:`KnownEntries` that knows nothing: every entry comes back as new.
+
+    For callers that decide what is new after the fetch, elsewhere: the
+    service asks its (async) store, and a :class:`~proxy.feeds.pool.ProbePool`
+    worker leaves it to the pool's caller.
+    """
+
+    def known(self, identities: Collection[str]) -> set[str]:
+        return set()
 
 
 class MemoryKnownEntries:

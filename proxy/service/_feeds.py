@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from proxy.feeds import FeedState
@@ -43,18 +42,6 @@ class FeedSlot:
             last_modified=self.last_modified,
             consecutive_errors=self.consecutive_errors,
         )
-
-
-class NothingKnown:
-    """A ``KnownEntries`` port that knows nothing: the service asks the store after the fetch.
-
-    The feed layer's port is synchronous; the store is async. So the fetcher
-    returns every entry as new and the probe task then asks the store which
-    identities the feed had before (one indexed query per probe).
-    """
-
-    def known(self, identities: Collection[str]) -> set[str]:
-        return set()
 
 
 class FeedTable:

@@ -44,6 +44,7 @@ from proxy.feeds import (
     Gone,
     HttpError,
     NetworkError,
+    NothingKnown,
     NotModified,
     Ok,
     ParseError,
@@ -55,7 +56,7 @@ from proxy.feeds import (
     Timeout,
     TooLarge,
 )
-from proxy.service._feeds import FeedSlot, NothingKnown
+from proxy.service._feeds import FeedSlot
 from proxy.service._persist import Captured as CapturedStep
 from proxy.service._persist import ChrononRow, ProbeWrite, Resolved, Step, Writer
 from proxy.service.clock import ChrononClock
