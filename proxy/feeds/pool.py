@@ -1,7 +1,7 @@
 """Probing in worker processes: :class:`ProbePool`, the :class:`Fetcher` spread over cores.
 
-One process probes at most ~1,000 changed feeds per second here: every probe
-costs ~1 ms of CPU (HTTP through httpx, gzip, parsing), and Python runs one
+One process probes at most ~1,100 changed feeds per second here: every probe
+costs ~0.85 ms of CPU (HTTP through httpx, gzip, parsing), and Python runs one
 thread at a time.  A pool of ``processes`` workers, each running its own
 event loop with its own :class:`Fetcher` (one shared httpx client per
 worker), uses the other cores.  ``ProbePool.probe`` has the same contract as
@@ -58,6 +58,7 @@ from proxy.feeds.results import (
     FeedState,
     KnownEntries,
     NetworkError,
+    NothingKnown,
     NotModified,
     Ok,
     ProbeResult,
@@ -78,7 +79,7 @@ def _us(when: datetime | None) -> int | None:
 
 
 def _dt(us: int | None) -> datetime | None:
-    return None if us is None else _EPOCH + timedelta(microseconds=us)
+    return None if us is None else _EPOCH + us * _US
 
 
 # ---------------------------------------------------------------------- codec
@@ -113,22 +114,15 @@ def decode_result(data: tuple[Any, ...], known: KnownEntries) -> ProbeResult:
         return NotModified(state=state, elapsed=elapsed, not_before=_dt(not_before),
                            moved_to=moved_to)
     _, _, rows, feed_title, parser, warning, final_url = data
-    parsed = [Entry(i, t, link, summary, content, None if p is None else _EPOCH + p * _US)
-              for i, t, link, summary, content, p in rows]
+    parsed = [Entry(i, t, link, summary, content, _dt(p)) for i, t, link, summary, content, p in rows]
     entries, new = split_new(parsed, known)
     return Ok(state=state, elapsed=elapsed, not_before=_dt(not_before), moved_to=moved_to,
               entries=entries, new=new, feed_title=feed_title, parser=parser, warning=warning,
               final_url=final_url)
 
 
-class _KnowsNothing:
-    """The worker's ``KnownEntries``: every entry goes back; the caller decides what is new."""
-
-    def known(self, identities: object) -> set[str]:
-        return set()
-
-
-_NOTHING = _KnowsNothing()
+# The worker reports every entry; the pool's caller decides what is new.
+_NOTHING = NothingKnown()
 
 
 # ---------------------------------------------------------------------- framing
