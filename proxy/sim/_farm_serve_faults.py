@@ -102,8 +102,8 @@ def _drip(farm: FeedFarm, feed_id: str, fmt: FeedFormat, chunk: int, delay: floa
 
     async def chunks(gone: asyncio.Event) -> AsyncIterator[bytes]:
         for start in range(0, len(body), chunk):
-            if start and await farm._sleep(delay):
-                return  # the farm is closing: the body stays incomplete
+            if gone.is_set() or (start and await farm._sleep(delay)):
+                return  # the client left, or the farm is closing: the body stays incomplete
             yield body[start : start + chunk]
 
     return Stream(200, (("Content-Type", fmt.content_type),), len(body), chunks)
