@@ -141,9 +141,9 @@ def rolling_lp(wl: Workload, price: float, peek: int = 0, sampled: int = 0, para
             live.add(i)
             _, eis, profile = ceis[i]
             latest[profile] = (tuple(r for r, _, _ in eis), max(s for _, s, _ in eis))
-        for d in range(1, peek + 1) if t == 0 else (peek,):
-            if d:
-                live.update(released.get(t + d, ()))
+        # Clairvoyance: CEIs released up to ``peek`` chronons ahead (all of them at t = 0).
+        for d in range(1 if t == 0 else peek, peek + 1):
+            live.update(released.get(t + d, ()))
         demands: list[list[Window]] = []
         for i in list(live):
             todo: list[Window] = []
