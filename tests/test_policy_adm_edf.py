@@ -30,6 +30,11 @@ def test_bad_parameters_are_refused() -> None:
         AdmissionEdf(scan=0)
     with pytest.raises(ValueError, match="horizon must be >= 0"):
         AdmissionEdf(horizon=-1)
+    with pytest.raises(ValueError, match=r"long_horizon must be between 0 and horizon \(20\) or None, got 21"):
+        AdmissionEdf(long_horizon=21)
+    with pytest.raises(ValueError, match="long_horizon needs a horizon"):
+        AdmissionEdf(horizon=None)
+    assert AdmissionEdf(horizon=None, long_horizon=None).horizon is None
 
 
 @pytest.mark.parametrize(
@@ -100,6 +105,37 @@ def test_one_probe_serves_every_ei_on_a_resource() -> None:
     assert eng.select(1, "adm-edf") == [0]
     assert eng.select(2, "adm-edf") == [0, 1]
     assert eng.select(2, "adm-edf", exclude={0}) == [1]
+
+
+def five_cheap_and_one_urgent(life: int) -> Engine:
+    """At t=1, C=1: five 1-EI CEIs living ``life`` chronons, and a 2-EI CEI whose EI on r5 ends now.
+
+    r0 was probed at t=0, so four cheap CEIs (r1..r4) are left.
+    """
+    eng = Engine(7)
+    eng.advance(0)
+    for r in range(5):
+        eng.add_cei(f"a{r}", "p", [(r, 0, life)])
+    eng.add_cei("b", "q", [(5, 0, 1), (6, 0, life)])
+    eng.probe([0])
+    eng.advance(1)
+    return eng
+
+
+def test_long_lived_candidates_trust_only_the_long_horizon() -> None:
+    # Overwrite-style lives (median 100 > horizon 20): the horizon is 4, so
+    # the four cheap CEIs fill it, "b" is not admitted and the best-ranked goes.
+    eng = five_cheap_and_one_urgent(100)
+    assert eng.select(1, "adm-edf") == [1]
+    # Without the switch every job is due by t+20: "b" fits, and r5 must go now.
+    assert eng.select(1, AdmissionEdf(long_horizon=None)) == [5]
+
+
+def test_window_lives_keep_the_full_horizon() -> None:
+    # Lives of 15 (median 15 <= 20): the switch stays off, "b" fits, r5 goes now.
+    eng = five_cheap_and_one_urgent(15)
+    assert eng.select(1, "adm-edf") == [5]
+    assert eng.select(1, AdmissionEdf(long_horizon=None)) == [5]
 
 
 def test_spare_budget_still_probes() -> None:
