@@ -8,11 +8,13 @@ with a policy that is not shipped: a **rolling-horizon LP**.  At every chronon
 model) over the CEIs known at ``t`` — every uncaptured EI of every live CEI,
 future EIs included — with a *price* on each probe planned after ``t``
 (probes at ``t`` are free: an unused probe is lost), and probes the resources
-with the largest ``x[r, t]``.  Three variants:
+with the largest ``x[r, t]``.  Four variants:
 
 * ``price``: the price of a future probe stands for the CEIs not yet known
   that will compete for it.  Price 0 is the model a previous prototype used
   (it spends the budget on expensive CEIs that newcomers then crowd out).
+* ``integral``: the same model as a small integer program (probes 0 or 1),
+  to see whether the relaxation's fractions cost anything.
 * ``peek``: the same LP told, at ``t``, of the CEIs released in
   ``t+1 .. t+peek`` — clairvoyance that no online policy has, to measure what
   knowing the near future is worth.
@@ -30,8 +32,8 @@ yardstick is the optimum cached by ``benchmarks/policy_sweep.py`` in
 
 Usage::
 
-    .venv/bin/python benchmarks/policy_lookahead.py [--seeds 10] [--prices 0,0.2,0.3,0.4,0.5]
-        [--peeks 1,2,5] [--sampled 5 --sampled-seeds 4] [--jobs 2] [--no-docs]
+    .venv/bin/python benchmarks/policy_lookahead.py [--seeds 10] [--prices 0,0.2,0.3,0.35,0.4,0.45,0.5]
+        [--integral 0.4] [--peeks 1,2,5] [--sampled 5 --sampled-seeds 4] [--jobs 2] [--no-docs]
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import linprog
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,11 +64,14 @@ BEGIN, END = "<!-- lookahead:begin -->", "<!-- lookahead:end -->"
 Window = tuple[int, int, int]  # resource, first chronon, last chronon
 
 
-def lp_probes_now(t: int, budget: int, demands: Sequence[Sequence[Window]], price: float) -> dict[int, float]:
+def lp_probes_now(t: int, budget: int, demands: Sequence[Sequence[Window]], price: float,
+                  integral: bool = False) -> dict[int, float]:
     """``x[r, t]`` of the LP: max Σ y_c - price·(probes after t), y_c <= Σ x over each window of c.
 
     ``demands`` are the CEIs still to capture, each as the windows of its
     uncaptured EIs clipped to start at ``t``; at most ``budget`` probes per chronon.
+    ``integral``: probes are 0 or 1 (a small integer program, HiGHS's MIP, 2 s
+    per chronon at most) instead of the relaxation.
     """
     col: dict[tuple[int, int], int] = {}
     rows: list[tuple[int, list[int]]] = []
@@ -105,14 +110,20 @@ def lp_probes_now(t: int, budget: int, demands: Sequence[Sequence[Window]], pric
         vv.extend([1.0] * len(cells))
     ub = np.concatenate([np.zeros(n), np.full(len(by_chronon), float(budget))])
     a = coo_matrix((vv, (ri, ci)), shape=(len(ub), nx + ny)).tocsr()
-    res = linprog(cost, A_ub=a, b_ub=ub, bounds=(0, 1), method="highs")
+    if integral:
+        kinds = np.zeros(nx + ny)
+        kinds[:nx] = 1  # integer probes; y_c <= min over its EIs then falls to 0 or 1 by itself
+        res = milp(cost, constraints=LinearConstraint(a, -np.inf, ub), bounds=Bounds(0, 1),
+                   integrality=kinds, options={"time_limit": 2.0})
+    else:
+        res = linprog(cost, A_ub=a, b_ub=ub, bounds=(0, 1), method="highs")
     if res.x is None:
         raise RuntimeError(f"chronon {t}: LP failed: {res.message}")
     return {r: float(res.x[j]) for (r, tau), j in col.items() if tau == t and res.x[j] > 1e-6}
 
 
 def rolling_lp(wl: Workload, price: float, peek: int = 0, sampled: int = 0, params: GenParams | None = None,
-               rng_seed: int = 0) -> list[tuple[int, int]]:
+               rng_seed: int = 0, integral: bool = False) -> list[tuple[int, int]]:
     """The schedule of the rolling-horizon LP on ``wl`` (see the module docstring).
 
     ``sampled`` futures are drawn with the update rate and window of ``params``,
@@ -171,7 +182,7 @@ def rolling_lp(wl: Workload, price: float, peek: int = 0, sampled: int = 0, para
                 for r, v in lp_probes_now(t, budget, demands + futures, price).items():
                     x[r] += v
         else:
-            x = lp_probes_now(t, budget, demands, price)
+            x = lp_probes_now(t, budget, demands, price, integral)
         chosen = [r for r in sorted(x, key=lambda r: (-x[r], r)) if r in active][:budget]
         for r in sorted(active - set(chosen)):  # spare probes: anything active captures something
             if len(chosen) >= budget:
@@ -205,7 +216,8 @@ def _job(args: tuple[int, dict[str, float]]) -> tuple[int, str, int, float]:
     wl = generate(params, seed)
     began = time.perf_counter()
     schedule = rolling_lp(wl, price=opts["price"], peek=int(opts.get("peek", 0)),
-                          sampled=int(opts.get("sampled", 0)), params=params, rng_seed=seed)
+                          sampled=int(opts.get("sampled", 0)), params=params, rng_seed=seed,
+                          integral=bool(opts.get("integral", 0)))
     score = score_schedule(wl, schedule)
     if score.problems:
         raise RuntimeError(f"seed {seed} {opts}: invalid schedule: {score.problems[:3]}")
@@ -215,7 +227,9 @@ def _job(args: tuple[int, dict[str, float]]) -> tuple[int, str, int, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10, help="baseline seeds 1..N (their optimum must be cached)")
-    ap.add_argument("--prices", default="0,0.2,0.3,0.4,0.5", help="prices of a future probe, no lookahead")
+    ap.add_argument("--prices", default="0,0.2,0.3,0.35,0.4,0.45,0.5",
+                    help="prices of a future probe, no lookahead")
+    ap.add_argument("--integral", default="0.4", help="prices at which to solve the integer program too")
     ap.add_argument("--peeks", default="1,2,5", help="clairvoyance in chronons, at --peek-price")
     ap.add_argument("--peek-price", type=float, default=0.4)
     ap.add_argument("--sampled", type=int, default=5, help="sampled futures per chronon (0: skip)")
@@ -234,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs: list[tuple[str, dict[str, float], list[int]]] = []
     for price in (float(x) for x in args.prices.split(",") if x):
         configs.append((f"price {price:g}", {"price": price}, seeds))
+    for price in (float(x) for x in args.integral.split(",") if x):
+        configs.append((f"price {price:g}, integer program", {"price": price, "integral": 1}, seeds))
     for k in (int(x) for x in args.peeks.split(",") if x):
         configs.append((f"price {args.peek_price:g}, clairvoyant {k} chronon(s)",
                         {"price": args.peek_price, "peek": k}, seeds))

@@ -1,0 +1,82 @@
+"""The measuring tools behind docs/policies.md: their counts and their errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from policy_anatomy import anatomy
+from policy_compare import point_params, seed_range
+
+from proxy.core.model import CEI, EI, Budget, Workload
+from proxy.sim.generate import GenParams, Life
+
+
+def small_workload() -> Workload:
+    """Profile p: two consecutive rank-1 CEIs on r0; q: a rank-2 CEI on r0 and r1; s: one on r2."""
+    ceis = (
+        CEI("c0", "p", (EI(0, 0, 4),)),
+        CEI("c1", "p", (EI(0, 3, 7),)),
+        CEI("c2", "q", (EI(0, 2, 4), EI(1, 5, 6))),
+        CEI("c3", "s", (EI(2, 0, 1),)),
+    )
+    wl = Workload(chronons=8, budget=Budget(1), resources=3, ceis=ceis)
+    wl.validate()
+    return wl
+
+
+def test_anatomy_counts_ranks_and_shared_probes() -> None:
+    wl = small_workload()
+    # The probe of r0 at 3 serves c0, c1 (same profile, rank 1) and c2 (another profile).
+    got = anatomy(wl, [(0, 2), (3, 0), (5, 1)])
+    assert got["captured"] == 4
+    assert got["rank 1"] == 3 and got["rank 2"] == 1
+    assert got["probes"] == 3
+    assert got["across profiles"] == 1
+    assert got.get("same profile, rank 1", 0) == 0  # the shared probe also serves q: counted across
+    assert got["extra EIs"] == 2  # 5 EIs captured with 3 probes
+
+
+def test_anatomy_same_profile_and_missed_ceis() -> None:
+    wl = small_workload()
+    # r0 at 4 serves c0 and c1 (and c2's first EI, but c2's r1 EI is never probed).
+    got = anatomy(wl, [(4, 0)])
+    assert got["captured"] == 2
+    assert got["rank 1"] == 2 and "rank 2" not in got
+    assert got["same profile, rank 1"] == 1
+    assert got["extra EIs"] == 1
+    # Probing r0 before c1 starts serves c0 alone.
+    assert anatomy(wl, [(2, 0)]).get("extra EIs", 0) == 0
+
+
+def test_point_params_and_overrides() -> None:
+    assert point_params("baseline") == GenParams()
+    p = point_params("overwrite+budget=2/alpha=1")
+    assert p.life is Life.OVERWRITE and p.budget == 2 and p.alpha == 1.0
+    assert point_params("n=400,C=2,W=20").resources == 400
+    assert seed_range("101-103") == [101, 102, 103] and seed_range("7") == [7]
+
+
+@pytest.mark.parametrize(
+    ("point", "message"),
+    [
+        ("nope", "unknown point 'nope'"),
+        ("baseline+budget=x", "budget wants a int"),
+        ("baseline+colour=red", "bad override 'colour=red'"),
+        ("baseline+budget", "bad override 'budget'"),
+        ("baseline+life=forever", "life wants a Life"),
+        ("baseline+exact_rank=maybe", "exact_rank wants a bool"),
+    ],
+)
+def test_point_params_refuses_bad_points(point: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        point_params(point)
+
+
+def test_seed_range_refuses_an_empty_range() -> None:
+    with pytest.raises(ValueError, match="empty seed range"):
+        seed_range("5-4")
