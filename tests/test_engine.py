@@ -258,3 +258,24 @@ def test_sealing_a_cei_that_never_got_an_ei_resolves_it_missed() -> None:
     assert eng.counts() == {CeiState.PENDING: 0, CeiState.CAPTURED: 0, CeiState.MISSED: 1}
     eng.seal("empty")  # sealing twice changes nothing
     assert eng.drain_events() == []
+
+
+def test_capture_share_follows_recent_resolutions() -> None:
+    from proxy.core.engine import SHARE_MIN_RESOLVED, SHARE_WINDOW
+
+    eng = Engine(2)
+    eng.advance(0)
+    for i in range(SHARE_MIN_RESOLVED - 1):
+        eng.add_cei(f"a{i}", "p", [(0, 0, 0)])
+    eng.probe([0])
+    assert eng.capture_share() is None  # 49 resolved: too few to say
+    eng.add_cei("b", "p", [(1, 0, 0)])
+    eng.advance(1)  # b missed: 49 captured, 1 missed
+    assert eng.capture_share() == pytest.approx(49 / 50, abs=0.002)
+    # A long run of misses pushes the share down: old captures fade.
+    for t in range(2, 2 + 2 * SHARE_WINDOW):
+        eng.add_cei(f"m{t}", "p", [(1, t - 1, t - 1)])
+        eng.advance(t)
+    share = eng.capture_share()
+    assert share is not None and share < 0.01
+    assert eng.counts()[CeiState.CAPTURED] == 49  # the plain counts never fade

@@ -35,6 +35,9 @@ def test_bad_parameters_are_refused() -> None:
     with pytest.raises(ValueError, match="long_horizon needs a horizon"):
         AdmissionEdf(horizon=None)
     assert AdmissionEdf(horizon=None, long_horizon=None).horizon is None
+    for bad in (0.0, 1.5, -0.2):
+        with pytest.raises(ValueError, match="light_load must be in"):
+            AdmissionEdf(light_load=bad)
 
 
 @pytest.mark.parametrize(
@@ -136,6 +139,40 @@ def test_window_lives_keep_the_full_horizon() -> None:
     eng = five_cheap_and_one_urgent(15)
     assert eng.select(1, "adm-edf") == [5]
     assert eng.select(1, AdmissionEdf(long_horizon=None)) == [5]
+
+
+def after_resolving(captured: int, missed: int) -> Engine:
+    """At t=1, C=1, after ``captured`` and ``missed`` CEIs resolved at t=0.
+
+    Then CEI "a" (two EIs: r0 due at 3, r3 later) and CEI "b" (one EI on r1,
+    due at 9): "b" ranks first, and both fit whichever goes first.
+    """
+    eng = Engine(4)
+    eng.advance(0)
+    for i in range(captured):
+        eng.add_cei(f"c{i}", "p", [(2, 0, 0)])
+    for i in range(missed):
+        eng.add_cei(f"m{i}", "p", [(3, 0, 0)])
+    eng.probe([2])
+    eng.advance(1)
+    eng.add_cei("a", "q", [(0, 1, 3), (3, 6, 8)])
+    eng.add_cei("b", "q", [(1, 1, 9)])
+    return eng
+
+
+def test_light_load_probes_earliest_deadline_first() -> None:
+    eng = after_resolving(captured=60, missed=0)
+    assert eng.capture_share() == 1.0
+    assert eng.select(1, "adm-edf") == [0]  # EDF: r0 is due first
+    assert eng.select(1, AdmissionEdf(light_load=None)) == [1]  # rank order
+
+
+def test_overload_keeps_rank_order() -> None:
+    eng = after_resolving(captured=30, missed=30)
+    assert eng.capture_share() == pytest.approx(0.5, abs=0.02)
+    assert eng.select(1, "adm-edf") == [1]
+    # Too little history to judge the load: rank order too.
+    assert after_resolving(captured=10, missed=0).select(1, "adm-edf") == [1]
 
 
 def test_spare_budget_still_probes() -> None:

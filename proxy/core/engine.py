@@ -86,6 +86,12 @@ _PENDING, _CAPTURED, _MISSED = 0, 1, 2
 _STATE_OF_CODE = (CeiState.PENDING, CeiState.CAPTURED, CeiState.MISSED)
 _NO_POS = -1
 
+#: :meth:`Engine.capture_share` follows about this many recent resolutions ...
+SHARE_WINDOW = 1000
+#: ... and says nothing before this many CEIs are resolved.
+SHARE_MIN_RESOLVED = 50
+_SHARE_DECAY = 1.0 - 1.0 / SHARE_WINDOW
+
 
 def _id_keys(cei_id: str) -> tuple[int, int]:
     """Two big-endian words of the id's first 16 UTF-8 bytes, zero padded.
@@ -164,6 +170,8 @@ class Engine:
         self._resolved: dict[str, CeiState] = {}
         # Plain ints: hashing an Enum member is a Python-level call on a hot path.
         self._n_pending = self._n_captured = self._n_missed = 0
+        # Exponentially weighted counts of recent resolutions (capture_share).
+        self._w_captured = self._w_resolved = 0.0
 
         # Active table.
         self._n_act = 0
@@ -232,6 +240,18 @@ class Engine:
         """CEIs per state since the engine started (forgotten ones still counted)."""
         return {CeiState.PENDING: self._n_pending, CeiState.CAPTURED: self._n_captured,
                 CeiState.MISSED: self._n_missed}
+
+    def capture_share(self) -> float | None:
+        """Captured share of the CEIs resolved lately, or ``None`` before :data:`SHARE_MIN_RESOLVED`.
+
+        Each resolution (captured or missed) weighs ``1 - 1/SHARE_WINDOW``
+        times the one after it, so the share follows the last ~1,000
+        resolutions and a change of load shows within a few hundred.  What
+        the proxy has captured is known online: policies may read it.
+        """
+        if self._n_captured + self._n_missed < SHARE_MIN_RESOLVED:
+            return None
+        return self._w_captured / self._w_resolved
 
     def drain_events(self) -> list[Event]:
         """Every event since the last drain, in the order they happened."""
@@ -684,6 +704,8 @@ class Engine:
         self._resolved[cei_id] = CeiState.MISSED
         self._n_pending -= 1
         self._n_missed += 1
+        self._w_resolved = self._w_resolved * _SHARE_DECAY + 1.0
+        self._w_captured *= _SHARE_DECAY
         self._events.append(CeiMissed(cei_id, self._now))
         # Spec step 3: its EIs leave the candidates (but stay WIC's).
         e = self._c_head[c]
@@ -726,6 +748,8 @@ class Engine:
             self._resolved[cei_id] = CeiState.CAPTURED
             self._n_pending -= 1
             self._n_captured += 1
+            self._w_resolved = self._w_resolved * _SHARE_DECAY + 1.0
+            self._w_captured = self._w_captured * _SHARE_DECAY + 1.0
             self._events.append(CeiCaptured(cei_id, self._now))
             self._maybe_free_cei(c)
 

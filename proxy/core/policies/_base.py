@@ -94,6 +94,10 @@ class PoolView(Protocol):
         """The CEI ids of the given slots."""
         ...
 
+    def capture_share(self) -> float | None:
+        """Captured share of the CEIs resolved lately (``None`` until enough are resolved): the load so far."""
+        ...
+
 
 class Policy(abc.ABC):
     """An online policy: picks at most ``budget`` distinct resources, best first."""
