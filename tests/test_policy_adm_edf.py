@@ -141,11 +141,11 @@ def test_window_lives_keep_the_full_horizon() -> None:
     assert eng.select(1, AdmissionEdf(long_horizon=None)) == [5]
 
 
-def after_resolving(captured: int, missed: int) -> Engine:
+def after_resolving(captured: int, missed: int, life: int = 8) -> Engine:
     """At t=1, C=1, after ``captured`` and ``missed`` CEIs resolved at t=0.
 
     Then CEI "a" (two EIs: r0 due at 3, r3 later) and CEI "b" (one EI on r1,
-    due at 9): "b" ranks first, and both fit whichever goes first.
+    due at ``1 + life``): "b" ranks first, and both fit whichever goes first.
     """
     eng = Engine(4)
     eng.advance(0)
@@ -155,8 +155,8 @@ def after_resolving(captured: int, missed: int) -> Engine:
         eng.add_cei(f"m{i}", "p", [(3, 0, 0)])
     eng.probe([2])
     eng.advance(1)
-    eng.add_cei("a", "q", [(0, 1, 3), (3, 6, 8)])
-    eng.add_cei("b", "q", [(1, 1, 9)])
+    eng.add_cei("a", "q", [(0, 1, 3), (3, 6, 6 + life)])
+    eng.add_cei("b", "q", [(1, 1, 1 + life)])
     return eng
 
 
@@ -165,6 +165,8 @@ def test_light_load_probes_earliest_deadline_first() -> None:
     assert eng.capture_share() == 1.0
     assert eng.select(1, "adm-edf") == [0]  # EDF: r0 is due first
     assert eng.select(1, AdmissionEdf(light_load=None)) == [1]  # rank order
+    # Long lives (median 100 > horizon): the long-life switch keeps rank order.
+    assert after_resolving(captured=60, missed=0, life=100).select(1, "adm-edf") == [1]
 
 
 def test_overload_keeps_rank_order() -> None:

@@ -25,7 +25,8 @@ take one decision in one sort; this policy splits it in three:
    for the last useful chronon (second paper), so a probe that is not needed
    yet does not crowd out one that is.  Spare probes go to the next ranked
    resources.  Under light load — at least ``light_load`` of the CEIs
-   resolved lately were captured — ``RANK`` turns into ``EDF``: when most
+   resolved lately were captured — and lives within the horizon (the
+   long-life switch off), ``RANK`` turns into ``EDF``: when most
    CEIs get captured anyway, the question is no longer which to give up but
    how much room to leave newcomers, and EDF leaves them the jobs with the
    latest deadlines.  Under overload the rank order protects the cheapest
@@ -72,8 +73,9 @@ class AdmissionEdf(Policy):
     group in front (measured worse, off by default).  ``atomic``: admit all of
     a CEI's active EIs or none (a half-admitted CEI wastes its probes).
     ``execution``: see :class:`Execution`.  ``light_load``: the
-    :meth:`PoolView.capture_share` from which ``RANK`` probes in ``EDF`` order
-    (``None``: never; measured on held-out seeds, 0.75-0.85 all do the same).
+    :meth:`PoolView.capture_share` from which ``RANK`` probes in ``EDF`` order,
+    unless the long-life switch is on (``None``: never; measured on held-out
+    seeds, 0.75-0.85 all do the same; with overwrite lives EDF lost 0.3-0.4 %).
     """
 
     def __init__(self, *, horizon: int | None = 20, long_horizon: int | None = 4, scan: int = 64,
@@ -113,7 +115,8 @@ class AdmissionEdf(Policy):
         fin = cands.finish
         horizon = int(fin.max()) - t
         limit = self.horizon
-        if limit is not None and self.long_horizon is not None and _median_life(cands) > limit:
+        long_lived = limit is not None and self.long_horizon is not None and _median_life(cands) > limit
+        if long_lived:
             limit = self.long_horizon
         if limit is not None and horizon > limit:
             horizon = limit
@@ -140,7 +143,7 @@ class AdmissionEdf(Policy):
                     deadline[r] = t + horizon + 1  # after every admitted job
                     if len(deadline) >= budget:
                         break
-        if self.execution is Execution.EDF or self._light(pool):
+        if self.execution is Execution.EDF or (not long_lived and self._light(pool)):
             ranked = sorted(deadline.items(), key=lambda kv: (kv[1], kv[0]))
             return [r for r, _ in ranked[:budget]]
         return _probe_now(deadline, t, budget, horizon + 2)
