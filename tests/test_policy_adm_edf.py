@@ -38,6 +38,9 @@ def test_bad_parameters_are_refused() -> None:
     for bad in (0.0, 1.5, -0.2):
         with pytest.raises(ValueError, match="light_load must be in"):
             AdmissionEdf(light_load=bad)
+    for bad in (1.2, -0.1):
+        with pytest.raises(ValueError, match="heavy_horizon must be in"):
+            AdmissionEdf(heavy_horizon=bad)
 
 
 @pytest.mark.parametrize(
@@ -175,6 +178,27 @@ def test_overload_keeps_rank_order() -> None:
     assert eng.select(1, "adm-edf") == [1]
     # Too little history to judge the load: rank order too.
     assert after_resolving(captured=10, missed=0).select(1, "adm-edf") == [1]
+
+
+def eight_cheap_and_one_urgent() -> Engine:
+    """At t=0, C=1: eight 1-EI CEIs due at 9, and a 2-EI CEI due now on r10 and at 9 on r11."""
+    eng = Engine(12)
+    eng.advance(0)
+    for r in range(1, 9):
+        eng.add_cei(f"a{r}", "p", [(r, 0, 9)])
+    eng.add_cei("b", "q", [(10, 0, 0), (11, 0, 9)])
+    return eng
+
+
+def test_under_load_only_part_of_the_window_is_trusted() -> None:
+    # Nothing resolved yet, so no sign of light load: the horizon is 0.8 of
+    # the median life (9), i.e. 7.  The eight cheap CEIs fill it, "b" is
+    # not admitted, and the best-ranked goes.
+    eng = eight_cheap_and_one_urgent()
+    assert eng.capture_share() is None
+    assert eng.select(1, "adm-edf") == [1]
+    # Trusting the whole window (9 chronons), "b" fits and r10 must go now.
+    assert eng.select(1, AdmissionEdf(heavy_horizon=None)) == [10]
 
 
 def test_spare_budget_still_probes() -> None:
