@@ -41,6 +41,8 @@ def test_bad_parameters_are_refused() -> None:
     for bad in (1.2, -0.1):
         with pytest.raises(ValueError, match="heavy_horizon must be in"):
             AdmissionEdf(heavy_horizon=bad)
+    with pytest.raises(ValueError, match="heavy_load must be in"):
+        AdmissionEdf(heavy_load=0.0)
 
 
 @pytest.mark.parametrize(
@@ -199,6 +201,35 @@ def test_under_load_only_part_of_the_window_is_trusted() -> None:
     assert eng.select(1, "adm-edf") == [1]
     # Trusting the whole window (9 chronons), "b" fits and r10 must go now.
     assert eng.select(1, AdmissionEdf(heavy_horizon=None)) == [10]
+
+
+def three_cheap_and_one_costly(captured: int, missed: int) -> Engine:
+    """At t=1, C=1: three 1-EI CEIs due at 5, and a 3-EI CEI whose first EI (r10) ends now."""
+    eng = Engine(22)
+    eng.advance(0)
+    for i in range(captured):
+        eng.add_cei(f"c{i}", "p", [(21, 0, 0)])
+    for i in range(missed):
+        eng.add_cei(f"m{i}", "p", [(20, 0, 0)])
+    eng.probe([21])
+    eng.advance(1)
+    for r in (1, 2, 3):
+        eng.add_cei(f"a{r}", "q", [(r, 1, 5)])
+    eng.add_cei("e", "q", [(10, 1, 1), (11, 3, 5), (12, 4, 6)])
+    return eng
+
+
+def test_heavy_load_gives_up_the_costliest_ceis() -> None:
+    # 10 of 60 resolved CEIs captured: heavy load.  "e" still needs three EIs
+    # (max(3, median 1 + 1)), so it is not admitted and the best-ranked goes.
+    eng = three_cheap_and_one_costly(captured=10, missed=50)
+    share = eng.capture_share()
+    assert share is not None and share < 0.7
+    assert eng.select(1, "adm-edf") == [1]
+    # Admitted, "e"'s first EI would force the probe now.
+    assert eng.select(1, AdmissionEdf(heavy_load=None)) == [10]
+    # Not under heavy load (too little history to tell): "e" is admitted.
+    assert three_cheap_and_one_costly(captured=10, missed=0).select(1, "adm-edf") == [10]
 
 
 def test_spare_budget_still_probes() -> None:

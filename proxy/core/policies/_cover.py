@@ -19,7 +19,10 @@ take one decision in one sort; this policy splits it in three:
    only ``long_horizon`` chronons are trusted: nearly every job then has
    slack beyond any plan, and ranking beats deferring.  Otherwise, unless
    the load is light (see step 3), only ``heavy_horizon`` of the median life
-   is trusted: under overload newcomers crowd out a plan's far end.
+   is trusted: under overload newcomers crowd out a plan's far end.  Under
+   heavy load (a capture share below ``heavy_load``) the CEIs with the most
+   left to capture, ``max(3, median + 1)`` EIs or more, are not admitted at
+   all (they may still get spare probes).
 3. **Probe** the best-ranked admitted jobs now, except where that would make
    another admitted job miss its deadline (then the more urgent one goes
    first, ``Execution.RANK``), or plainly earliest deadline first
@@ -81,12 +84,14 @@ class AdmissionEdf(Policy):
     ``heavy_horizon``: unless the load is light or the long-life switch is on,
     the horizon is at most this fraction of the candidates' median life
     (``None``: the whole ``horizon``; 0.8 measured best of 0.7-0.9).
+    ``heavy_load``: the capture share below which the costliest CEIs are not
+    admitted (``None``: never; 0.65 and 0.7 measured the same).
     """
 
     def __init__(self, *, horizon: int | None = 20, long_horizon: int | None = 4, scan: int = 64,
                  started_first: bool = False, atomic: bool = True,
                  execution: Execution = Execution.RANK, light_load: float | None = 0.8,
-                 heavy_horizon: float | None = 0.8) -> None:
+                 heavy_horizon: float | None = 0.8, heavy_load: float | None = 0.7) -> None:
         if scan < 1:
             raise ValueError(f"scan must be >= 1, got {scan}")
         if horizon is not None and horizon < 0:
@@ -108,6 +113,9 @@ class AdmissionEdf(Policy):
         self.execution = execution
         self.light_load = light_load
         self.heavy_horizon = heavy_horizon
+        if heavy_load is not None and not 0.0 < heavy_load <= 1.0:
+            raise ValueError(f"heavy_load must be in (0, 1] or None, got {heavy_load}")
+        self.heavy_load = heavy_load
 
     @property
     def name(self) -> str:
@@ -145,6 +153,10 @@ class AdmissionEdf(Policy):
         ceis: list[int] = cands.cei.tolist() if m <= k else cands.cei[prefix].tolist()
         pos = range(len(prefix)) if m > k else prefix  # where row i's values sit in the lists
         rows = list(zip(pos, prefix, strict=True))
+        costly = self._costly(pool, cands)
+        if costly is not None:
+            left: list[int] = pool.remaining(cands.cei[prefix]).tolist()
+            rows = [row for row, n in zip(rows, left, strict=True) if n < costly]
         deadline = self._admit(rows, res, fins, ceis, t, budget, cap, blocked)
         if len(deadline) < budget:
             # Spare probes hurt nothing admitted: take the next resources in
@@ -160,6 +172,23 @@ class AdmissionEdf(Policy):
             ranked = sorted(deadline.items(), key=lambda kv: (kv[1], kv[0]))
             return [r for r, _ in ranked[:budget]]
         return _probe_now(deadline, t, budget, horizon + 2)
+
+    def _costly(self, pool: PoolView, cands: Candidates) -> int | None:
+        """Under heavy load, the known uncaptured EIs from which a CEI is not admitted (else ``None``).
+
+        ``max(3, median + 1)``, the median taken over the candidates' CEIs
+        (an even sample when there are many): the CEIs left with the most to
+        capture are given up first, as the rolling LP gives up those needing
+        three more probes or more (``docs/policies.md``).
+        """
+        if self.heavy_load is None:
+            return None
+        share = pool.capture_share()
+        if share is None or share >= self.heavy_load:
+            return None
+        step = max(1, len(cands) // _LIFE_SAMPLE)
+        median = int(np.median(pool.remaining(cands.cei[::step])))
+        return max(3, median + 1)
 
     def _light(self, pool: PoolView) -> bool:
         """Whether the load is light enough for EDF order (see ``light_load``)."""
