@@ -101,20 +101,20 @@ class AdmissionEdf(Policy):
                 raise ValueError("long_horizon needs a horizon: it applies when candidates outlive the horizon")
             if not 0 <= long_horizon <= horizon:
                 raise ValueError(f"long_horizon must be between 0 and horizon ({horizon}) or None, got {long_horizon}")
+        if light_load is not None and not 0.0 < light_load <= 1.0:
+            raise ValueError(f"light_load must be in (0, 1] or None, got {light_load}")
+        if heavy_horizon is not None and not 0.0 <= heavy_horizon <= 1.0:
+            raise ValueError(f"heavy_horizon must be in [0, 1] or None, got {heavy_horizon}")
+        if heavy_load is not None and not 0.0 < heavy_load <= 1.0:
+            raise ValueError(f"heavy_load must be in (0, 1] or None, got {heavy_load}")
         self.horizon = horizon
         self.long_horizon = long_horizon
         self.scan = scan
         self.started_first = started_first
         self.atomic = atomic
-        if light_load is not None and not 0.0 < light_load <= 1.0:
-            raise ValueError(f"light_load must be in (0, 1] or None, got {light_load}")
-        if heavy_horizon is not None and not 0.0 <= heavy_horizon <= 1.0:
-            raise ValueError(f"heavy_horizon must be in [0, 1] or None, got {heavy_horizon}")
         self.execution = execution
         self.light_load = light_load
         self.heavy_horizon = heavy_horizon
-        if heavy_load is not None and not 0.0 < heavy_load <= 1.0:
-            raise ValueError(f"heavy_load must be in (0, 1] or None, got {heavy_load}")
         self.heavy_load = heavy_load
 
     @property
@@ -186,8 +186,7 @@ class AdmissionEdf(Policy):
         share = pool.capture_share()
         if share is None or share >= self.heavy_load:
             return None
-        step = max(1, len(cands) // _LIFE_SAMPLE)
-        median = int(np.median(pool.remaining(cands.cei[::step])))
+        median = int(np.median(pool.remaining(cands.cei[_sample(cands)])))
         return max(3, median + 1)
 
     def _light(self, pool: PoolView) -> bool:
@@ -285,15 +284,20 @@ class AdmissionEdf(Policy):
 
 _QUANT = 1024
 
-#: Candidates sampled (evenly strided) to estimate their median life: enough
+#: Candidates sampled (evenly strided) to estimate a median over them: enough
 #: for a median, and ``select`` over a million candidates stays fast.
-_LIFE_SAMPLE = 1024
+_SAMPLE = 1024
+
+
+def _sample(cands: Candidates) -> slice:
+    """An even stride over the candidates that keeps about :data:`_SAMPLE` rows (all when fewer)."""
+    return slice(None, None, max(1, len(cands) // _SAMPLE))
 
 
 def _median_life(cands: Candidates) -> float:
     """The median ``finish - start`` of the candidates (of an even sample when there are many)."""
-    step = max(1, len(cands) // _LIFE_SAMPLE)
-    return float(np.median(cands.finish[::step] - cands.start[::step]))
+    rows = _sample(cands)
+    return float(np.median(cands.finish[rows] - cands.start[rows]))
 
 
 def _probe_now(jobs: dict[int, int], t: int, budget: int, span: int) -> list[int]:
