@@ -9,7 +9,11 @@ A point is a label of ``policy_sweep.POINTS`` (``baseline``, ``overwrite``,
 ``n=400,C=2,W=20``...), optionally followed by ``+name=value`` overrides of
 :class:`proxy.sim.generate.GenParams` joined by ``/``: ``overwrite+budget=2``,
 ``baseline+lam=50/beta=1``.  Points are separated by ``;`` because labels
-hold commas.
+hold commas.  One more point, ``scattered``, is not the paper's generator:
+the workload of ``bench_select.py``'s whole small simulations (n=1000,
+K=1000, C=1, 2000 CEIs of rank 1..3 whose EIs, of width 0..10, start at
+independent uniform chronons, so a CEI's EIs lie hundreds of chronons
+apart).
 
 Usage::
 
@@ -30,10 +34,36 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np
 from policy_sweep import BASE, POINTS
 
+from proxy.core.model import CEI, EI, Budget, Workload
 from proxy.sim.generate import GenParams, generate
 from proxy.sim.run import simulate
+
+SCATTERED = "scattered"
+
+
+def scattered_workload(seed: int) -> Workload:
+    """``bench_select.baseline_run``'s workload for ``seed`` (same draws, same order)."""
+    n, k, count, window = 1000, 1000, 2000, 10
+    rng = np.random.default_rng(seed)
+    ceis = []
+    for c in range(count):
+        rank = int(rng.integers(1, 4))
+        eis = []
+        for _ in range(rank):
+            s = int(rng.integers(0, k - window))
+            eis.append(EI(int(rng.integers(0, n)), s, s + int(rng.integers(0, window + 1))))
+        ceis.append(CEI(f"c{c}", "p", tuple(eis)))
+    ceis.sort(key=lambda cei: min(e.start for e in cei.eis))  # file order = release order, as there
+    wl = Workload(chronons=k, budget=Budget(1), resources=n, ceis=tuple(ceis))
+    wl.validate()
+    return wl
+
+
+def point_workload(point: str, seed: int) -> Workload:
+    return scattered_workload(seed) if point == SCATTERED else generate(point_params(point), seed)
 
 
 def point_params(point: str) -> GenParams:
@@ -74,7 +104,7 @@ def seed_range(text: str) -> list[int]:
 
 def _job(args: tuple[str, int, str]) -> tuple[tuple[str, int, str], int]:
     point, seed, policy = args
-    return args, simulate(generate(point_params(point), seed), policy).captured
+    return args, simulate(point_workload(point, seed), policy).captured
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     points = [p for p in args.points.split(";") if p]
     try:
         for p in points:
-            point_params(p)
+            if p != SCATTERED:
+                point_params(p)
         seeds = seed_range(args.seeds)
     except ValueError as exc:
         ap.error(str(exc))
