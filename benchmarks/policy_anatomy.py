@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_lookahead import rolling_lp
-from policy_sweep import replace_section
+from policy_sweep import invocation, publish
 
 from proxy.core.model import Workload
 from proxy.sim.generate import GenParams, generate
@@ -119,15 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = [got[name] for _, got, _, _ in results]
         cells = [sum(r.get(k, 0) for r in rows) for k in ("captured", *ranks, "probes", *KINDS, "extra EIs")]
         lines.append(f"| {name} | " + " | ".join(str(c) for c in cells) + " |")
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    cmd = " ".join(["benchmarks/policy_anatomy.py", *(argv if argv is not None else sys.argv[1:])])
+    cmd, stamp = invocation("policy_anatomy.py", argv)
     unproven = [seed for seed, _, _, proven in results if not proven]
     proof = f"optimum NOT proven on seed(s) {unproven}" if unproven else "every optimum proven"
-    body = (f"Command: `.venv/bin/python {cmd}` (run {stamp}; baseline seeds {', '.join(map(str, seeds))}, "
+    body = (f"Command: `{cmd}` (run {stamp}; baseline seeds {', '.join(map(str, seeds))}, "
             f"sums over the seeds; {proof}).\n\n" + "\n".join(lines))
-    print(body)
-    if not args.no_docs:
-        replace_section(BEGIN, END, body)
+    publish(BEGIN, END, body, write=not args.no_docs)
     return 0
 
 

@@ -53,7 +53,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from policy_sweep import load_cache, replace_section, yardstick
+from policy_sweep import invocation, load_cache, publish, yardstick
 
 from proxy.core.model import Workload
 from proxy.sim.generate import GenParams, generate
@@ -280,13 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         share = sum(int(cache[("baseline", s, p)]["captured"]) / top[s][0] for s in seeds) / len(seeds)
         lines.append(f"| `{p}` (shipped) | {len(seeds)} | {share:.4f} | | | |")
     unproven = sum(not proven for _, proven in top.values())
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    cmd = " ".join(["benchmarks/policy_lookahead.py", *(argv if argv is not None else sys.argv[1:])])
-    body = (f"Command: `.venv/bin/python {cmd}` (run {stamp}; baseline seeds 1..{args.seeds}; "
+    cmd, stamp = invocation("policy_lookahead.py", argv)
+    body = (f"Command: `{cmd}` (run {stamp}; baseline seeds 1..{args.seeds}; "
             f"optimum from `docs/policies_sweep.csv`, {unproven} seed(s) unproven).\n\n" + "\n".join(lines))
-    print(body)
-    if not args.no_docs:
-        replace_section(BEGIN, END, body)
+    publish(BEGIN, END, body, write=not args.no_docs)
     return 0
 
 

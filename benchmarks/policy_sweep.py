@@ -182,6 +182,19 @@ def run_large(seeds: Sequence[int], policies: Sequence[str],
     return "\n".join(out)
 
 
+def invocation(script: str, argv: Sequence[str] | None) -> tuple[str, str]:
+    """The command line to cite for ``script`` run with ``argv``, and the time of the run."""
+    cmd = " ".join([f"benchmarks/{script}", *(argv if argv is not None else sys.argv[1:])])
+    return f".venv/bin/python {cmd}", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def publish(begin: str, end: str, body: str, write: bool) -> None:
+    """Print ``body`` and, if ``write``, put it in ``docs/policies.md`` between the markers."""
+    print(body)
+    if write:
+        replace_section(begin, end, body)
+
+
 def replace_section(begin: str, end: str, body: str) -> None:
     text = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Policies\n"
     a, b = text.find(begin), text.find(end)
