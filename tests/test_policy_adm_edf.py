@@ -146,21 +146,30 @@ def test_window_lives_keep_the_full_horizon() -> None:
     assert eng.select(1, AdmissionEdf(long_horizon=None)) == [5]
 
 
+def resolved_at_zero(resources: int, captured: int, missed: int) -> Engine:
+    """An engine at t=1 whose ``captured`` and ``missed`` one-EI CEIs resolved at t=0.
+
+    They sit on the last two resources (captured on the last one).
+    """
+    eng = Engine(resources)
+    eng.advance(0)
+    for i in range(captured):
+        eng.add_cei(f"c{i}", "p", [(resources - 1, 0, 0)])
+    for i in range(missed):
+        eng.add_cei(f"m{i}", "p", [(resources - 2, 0, 0)])
+    eng.probe([resources - 1])
+    eng.advance(1)
+    return eng
+
+
 def after_resolving(captured: int, missed: int, life: int = 8) -> Engine:
     """At t=1, C=1, after ``captured`` and ``missed`` CEIs resolved at t=0.
 
-    Then CEI "a" (two EIs: r0 due at 3, r3 later) and CEI "b" (one EI on r1,
+    Then CEI "a" (two EIs: r0 due at 3, r4 later) and CEI "b" (one EI on r1,
     due at ``1 + life``): "b" ranks first, and both fit whichever goes first.
     """
-    eng = Engine(4)
-    eng.advance(0)
-    for i in range(captured):
-        eng.add_cei(f"c{i}", "p", [(2, 0, 0)])
-    for i in range(missed):
-        eng.add_cei(f"m{i}", "p", [(3, 0, 0)])
-    eng.probe([2])
-    eng.advance(1)
-    eng.add_cei("a", "q", [(0, 1, 3), (3, 6, 6 + life)])
+    eng = resolved_at_zero(7, captured, missed)
+    eng.add_cei("a", "q", [(0, 1, 3), (4, 6, 6 + life)])
     eng.add_cei("b", "q", [(1, 1, 1 + life)])
     return eng
 
@@ -205,14 +214,7 @@ def test_under_load_only_part_of_the_window_is_trusted() -> None:
 
 def three_cheap_and_one_costly(captured: int, missed: int) -> Engine:
     """At t=1, C=1: three 1-EI CEIs due at 5, and a 3-EI CEI whose first EI (r10) ends now."""
-    eng = Engine(22)
-    eng.advance(0)
-    for i in range(captured):
-        eng.add_cei(f"c{i}", "p", [(21, 0, 0)])
-    for i in range(missed):
-        eng.add_cei(f"m{i}", "p", [(20, 0, 0)])
-    eng.probe([21])
-    eng.advance(1)
+    eng = resolved_at_zero(22, captured, missed)
     for r in (1, 2, 3):
         eng.add_cei(f"a{r}", "q", [(r, 1, 5)])
     eng.add_cei("e", "q", [(10, 1, 1), (11, 3, 5), (12, 4, 6)])
