@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from proxy.core.engine import CeiState, Engine
+from proxy.core.model import CEI, EI, Budget, Workload
 from proxy.core.policies import policy_names
 
 T = 20  # the chronon at which the large pool is measured
@@ -70,18 +71,35 @@ def time_select(eng: Engine, policy: str, budget: int, repeat: int) -> tuple[flo
     return statistics.median(walls), statistics.median(cpus), chosen
 
 
-def baseline_run(policy: str, seed: int) -> tuple[float, int, int]:
-    """One simulated epoch shaped like the paper's baseline (Table 1)."""
-    n, k, ceis, window = 1000, 1000, 2000, 10
+def scattered_workload(seed: int) -> Workload:
+    """The small runs' workload for ``seed``: 2000 CEIs of rank 1..3 whose EIs start independently.
+
+    File order is release order (first start), creation order within a chronon.
+    """
+    n, k, count, window = 1000, 1000, 2000, 10
     rng = np.random.default_rng(seed)
-    released: dict[int, list[tuple[str, list[tuple[int, int, int]]]]] = {}
-    for c in range(ceis):
+    ceis = []
+    for c in range(count):
         rank = int(rng.integers(1, 4))
         eis = []
         for _ in range(rank):
             s = int(rng.integers(0, k - window))
-            eis.append((int(rng.integers(0, n)), s, s + int(rng.integers(0, window + 1))))
-        released.setdefault(min(s for _, s, _ in eis), []).append((f"c{c}", eis))
+            eis.append(EI(int(rng.integers(0, n)), s, s + int(rng.integers(0, window + 1))))
+        ceis.append(CEI(f"c{c}", "p", tuple(eis)))
+    ceis.sort(key=lambda cei: min(e.start for e in cei.eis))  # file order = release order, as there
+    wl = Workload(chronons=k, budget=Budget(1), resources=n, ceis=tuple(ceis))
+    wl.validate()
+    return wl
+
+
+def baseline_run(policy: str, seed: int) -> tuple[float, int, int]:
+    """One simulated epoch shaped like the paper's baseline (Table 1)."""
+    wl = scattered_workload(seed)
+    n, k = wl.resources, wl.chronons
+    released: dict[int, list[tuple[str, list[tuple[int, int, int]]]]] = {}
+    for cei in wl.ceis:
+        eis = [(e.resource, e.start, e.finish) for e in cei.eis]
+        released.setdefault(min(s for _, s, _ in eis), []).append((cei.id, eis))
     t0 = time.perf_counter()
     eng = Engine(n)
     probes = 0

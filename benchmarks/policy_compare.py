@@ -34,32 +34,14 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import numpy as np
+from bench_select import scattered_workload  # a sibling script, not a package
 from policy_sweep import BASE, POINTS
 
-from proxy.core.model import CEI, EI, Budget, Workload
+from proxy.core.model import Workload
 from proxy.sim.generate import GenParams, generate
 from proxy.sim.run import simulate
 
 SCATTERED = "scattered"
-
-
-def scattered_workload(seed: int) -> Workload:
-    """``bench_select.baseline_run``'s workload for ``seed`` (same draws, same order)."""
-    n, k, count, window = 1000, 1000, 2000, 10
-    rng = np.random.default_rng(seed)
-    ceis = []
-    for c in range(count):
-        rank = int(rng.integers(1, 4))
-        eis = []
-        for _ in range(rank):
-            s = int(rng.integers(0, k - window))
-            eis.append(EI(int(rng.integers(0, n)), s, s + int(rng.integers(0, window + 1))))
-        ceis.append(CEI(f"c{c}", "p", tuple(eis)))
-    ceis.sort(key=lambda cei: min(e.start for e in cei.eis))  # file order = release order, as there
-    wl = Workload(chronons=k, budget=Budget(1), resources=n, ceis=tuple(ceis))
-    wl.validate()
-    return wl
 
 
 def point_workload(point: str, seed: int) -> Workload:
