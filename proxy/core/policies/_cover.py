@@ -133,7 +133,9 @@ class AdmissionEdf(Policy):
         horizon = int(fin.max()) - t
         limit = self.horizon
         life = _median_life(cands)
-        light = self._light(pool)
+        share = pool.capture_share()  # the load signal: None until enough CEIs resolved
+        light = self.light_load is not None and share is not None and share >= self.light_load
+        heavy = self.heavy_load is not None and share is not None and share < self.heavy_load
         long_lived = limit is not None and self.long_horizon is not None and life > limit
         if long_lived:
             limit = self.long_horizon
@@ -153,7 +155,7 @@ class AdmissionEdf(Policy):
         ceis: list[int] = cands.cei.tolist() if m <= k else cands.cei[prefix].tolist()
         pos = range(len(prefix)) if m > k else prefix  # where row i's values sit in the lists
         rows = list(zip(pos, prefix, strict=True))
-        costly = self._costly(pool, cands)
+        costly = _costly(pool, cands) if heavy else None
         if costly is not None:
             left: list[int] = pool.remaining(cands.cei[prefix]).tolist()
             rows = [row for row, n in zip(rows, left, strict=True) if n < costly]
@@ -172,29 +174,6 @@ class AdmissionEdf(Policy):
             ranked = sorted(deadline.items(), key=lambda kv: (kv[1], kv[0]))
             return [r for r, _ in ranked[:budget]]
         return _probe_now(deadline, t, budget, horizon + 2)
-
-    def _costly(self, pool: PoolView, cands: Candidates) -> int | None:
-        """Under heavy load, the known uncaptured EIs from which a CEI is not admitted (else ``None``).
-
-        ``max(3, median + 1)``, the median taken over the candidates' CEIs
-        (an even sample when there are many): the CEIs left with the most to
-        capture are given up first, as the rolling LP gives up those needing
-        three more probes or more (``docs/policies.md``).
-        """
-        if self.heavy_load is None:
-            return None
-        share = pool.capture_share()
-        if share is None or share >= self.heavy_load:
-            return None
-        median = int(np.median(pool.remaining(cands.cei[_sample(cands)])))
-        return max(3, median + 1)
-
-    def _light(self, pool: PoolView) -> bool:
-        """Whether the load is light enough for EDF order (see ``light_load``)."""
-        if self.light_load is None:
-            return False
-        share = pool.capture_share()
-        return share is not None and share >= self.light_load
 
     def _admit(self, rows: list[tuple[int, int]], res: list[int], fins: list[int], ceis: list[int],
                t: int, budget: int, cap: int, blocked: Container[int]) -> dict[int, int]:
@@ -292,6 +271,18 @@ _SAMPLE = 1024
 def _sample(cands: Candidates) -> slice:
     """An even stride over the candidates that keeps about :data:`_SAMPLE` rows (all when fewer)."""
     return slice(None, None, max(1, len(cands) // _SAMPLE))
+
+
+def _costly(pool: PoolView, cands: Candidates) -> int:
+    """Under heavy load, the known uncaptured EIs from which a CEI is not admitted.
+
+    ``max(3, median + 1)``, the median taken over the candidates' CEIs (an
+    even sample when there are many): the CEIs left with the most to capture
+    are given up first, as the rolling LP gives up those needing three more
+    probes or more (``docs/policies.md``).
+    """
+    median = int(np.median(pool.remaining(cands.cei[_sample(cands)])))
+    return max(3, median + 1)
 
 
 def _median_life(cands: Candidates) -> float:
