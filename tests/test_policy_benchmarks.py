@@ -11,9 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from policy_anatomy import anatomy
 from policy_compare import point_params, seed_range
+from policy_rollout import Config, rollout_schedule
 
 from proxy.core.model import CEI, EI, Budget, Workload
-from proxy.sim.generate import GenParams, Life
+from proxy.sim.generate import GenParams, Life, generate
+from proxy.sim.run import simulate
+from proxy.sim.score import score_schedule
 
 
 def small_workload() -> Workload:
@@ -95,3 +98,34 @@ def test_scattered_point_is_bench_selects_workload() -> None:
     # The same draws: the simulator captures what bench_select's own loop does.
     assert simulate(wl, "mrsf-p").captured == baseline_run("mrsf-p", 3)[1]
     assert point_workload("scattered", 3) == wl
+
+
+@pytest.mark.parametrize("shared", [0, 1])
+def test_rollout_on_the_true_future_waits_to_share_a_probe(shared: int) -> None:
+    """c0 and c1 are both due at 1; c2, released at 1 on c0's resource, makes r(shared) worth probing at 1."""
+    other = 1 - shared
+    ceis = (CEI("c0", "p", (EI(shared, 0, 1),)), CEI("c1", "q", (EI(other, 0, 1),)),
+            CEI("c2", "p", (EI(shared, 1, 1),)))
+    wl = Workload(chronons=3, budget=Budget(1), resources=2, ceis=ceis)
+    wl.validate()
+    assert simulate(wl, "adm-edf").captured == 2  # it cannot know of c2 at 0
+    schedule, overrides = rollout_schedule(wl, Config(samples=1, horizon=2, drain=0, candidates=2, margin=0.0, oracle=True), GenParams())
+    assert schedule == [(0, other), (1, shared)]
+    assert overrides == 1
+    assert score_schedule(wl, schedule).captured == 3
+
+
+def test_rollout_that_never_overrides_is_adm_edf() -> None:
+    # The rollouts play on copies: with a margin no candidate can beat, the
+    # real engine must end up exactly where adm-edf alone takes it.
+    params = GenParams(resources=60, profiles=12, chronons=120)
+    wl = generate(params, 3)
+    schedule, overrides = rollout_schedule(wl, Config(samples=2, horizon=6, drain=3, candidates=3, margin=1e9, oracle=False), params, rng_seed=3)
+    assert overrides == 0
+    assert tuple(schedule) == simulate(wl, "adm-edf").schedule
+
+
+def test_rollout_refuses_budgets_other_than_one() -> None:
+    wl = generate(GenParams(resources=20, profiles=4, chronons=30, budget=2), 1)
+    with pytest.raises(ValueError, match="budget of 1 probe per chronon"):
+        rollout_schedule(wl, Config(samples=1, horizon=5, drain=0, candidates=2, margin=0.0, oracle=True), GenParams(budget=2))
