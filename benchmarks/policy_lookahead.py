@@ -53,7 +53,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from policy_sweep import invocation, load_cache, publish, yardstick
+from policy_sweep import baseline_optima, invocation, load_cache, publish
 
 from proxy.core.model import Workload
 from proxy.sim.generate import GenParams, generate
@@ -239,12 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cache = load_cache()
     seeds = list(range(1, args.seeds + 1))
-    top = {}
-    for s in seeds:
-        row = cache.get(("baseline", s, "optimal"))
-        if row is None:
-            ap.error(f"no cached optimum for baseline seed {s}: run benchmarks/policy_sweep.py first")
-        top[s] = yardstick(row)
+    try:
+        top = baseline_optima(cache, seeds)
+    except ValueError as exc:
+        ap.error(str(exc))
     configs: list[tuple[str, dict[str, float], list[int]]] = []
     for price in (float(x) for x in args.prices.split(",") if x):
         configs.append((f"price {price:g}", {"price": price}, seeds))

@@ -52,7 +52,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_lookahead import _sample_next_ceis
-from policy_sweep import invocation, load_cache, publish, yardstick
+from policy_sweep import baseline_optima, invocation, load_cache, publish
 
 from proxy.core.engine import CeiState, Engine
 from proxy.core.model import Workload
@@ -200,12 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--samples and --horizon must be >= 1, --drain >= 0 and --candidates >= 2")
     cache = load_cache()
     seeds = list(range(1, args.seeds + 1))
-    top = {}
-    for s in seeds:
-        row = cache.get(("baseline", s, "optimal"))
-        if row is None:
-            ap.error(f"no cached optimum for baseline seed {s}: run benchmarks/policy_sweep.py first")
-        top[s] = yardstick(row)
+    try:
+        top = baseline_optima(cache, seeds)
+    except ValueError as exc:
+        ap.error(str(exc))
     configs = [Config(args.samples, args.horizon, args.drain, args.candidates, args.margin, oracle=False),
                Config(1, args.horizon, args.drain, args.candidates, 0.0, oracle=True)]
     got: dict[tuple[int, Config], tuple[int, int, float]] = {}

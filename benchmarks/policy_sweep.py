@@ -214,6 +214,18 @@ def yardstick(row: dict[str, str]) -> tuple[int, bool]:
     return max(int(row["captured"]), math.floor(min(bounds) + 1e-6)), False
 
 
+def baseline_optima(cache: dict[tuple[str, int, str], dict[str, str]], seeds: Sequence[int]
+                    ) -> dict[int, tuple[int, bool]]:
+    """:func:`yardstick` of each baseline seed's cached optimum; ``ValueError`` naming a seed without one."""
+    top = {}
+    for s in seeds:
+        row = cache.get(("baseline", s, "optimal"))
+        if row is None:
+            raise ValueError(f"no cached optimum for baseline seed {s}: run benchmarks/policy_sweep.py first")
+        top[s] = yardstick(row)
+    return top
+
+
 def tables(rows: dict[tuple[str, int, str], dict[str, str]], policies: Sequence[str],
            seeds: Sequence[int]) -> tuple[str, dict[str, dict[str, float]]]:
     """The markdown table of mean shares, and the means per point for plotting."""
