@@ -308,7 +308,7 @@ def main() -> None:
     if args.loop:
         os.environ["PROXY_EVENT_LOOP"] = args.loop  # the farm child process inherits it
 
-    from proxy.sim.feedfarm import FarmProcess
+    from proxy.farm import FarmProcess
 
     farm_args = ["--feeds", str(args.feeds), "--entries", "20", "--prefill", "20"]
     for addr in host_addresses(args.hosts)[1:]:

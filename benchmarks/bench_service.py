@@ -37,7 +37,7 @@ from sqlalchemy import text
 
 from proxy.service import ProxyService
 from proxy.settings import load_settings
-from proxy.sim.feedfarm import FarmProcess
+from proxy.farm import FarmProcess
 from proxy.store import RuleInput, Store, upgrade_database
 
 WORDS = ["market", "energy", "report", "city", "council", "weather", "river", "election", "museum", "football", "harvest", "railway", "bridge", "festival", "science", "budget", "hospital", "school", "review", "storm", "airport", "library", "concert", "garden", "opera"]

@@ -27,7 +27,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from proxy.sim.feedfarm import FarmProcess
+from proxy.farm import FarmProcess
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bench-transport.md"
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"

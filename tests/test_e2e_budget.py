@@ -12,7 +12,7 @@ import datetime as dt
 
 import pytest
 
-from proxy.sim.feedfarm import FeedFarm
+from proxy.farm import FeedFarm
 from tests.test_e2e_support import e2e_settings, eventually, parse_metrics, running
 
 pytestmark = pytest.mark.slow

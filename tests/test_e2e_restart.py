@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from proxy.core.engine import CeiState
+from proxy.farm import FeedFarm
 from proxy.service import ProxyService
 from proxy.settings import Settings
-from proxy.sim.feedfarm import FeedFarm
 from tests.test_e2e_support import Running, e2e_settings, eventually, motivating, running
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from proxy.farm import FeedFarm
 from proxy.feeds import ProbePool
-from proxy.sim.feedfarm import FeedFarm
 from tests.test_e2e_support import (
     Running,
     e2e_settings,

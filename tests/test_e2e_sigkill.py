@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.sim.feedfarm import FeedFarm
+from proxy.farm import FeedFarm
 from tests.test_e2e_support import eventually, motivating
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from proxy.sim.feedfarm import FeedFarm, ManualClock
+from proxy.farm import FeedFarm, ManualClock
 
 
 async def exchange(farm: FeedFarm, raw: bytes) -> bytes:

@@ -12,7 +12,7 @@ import feedparser
 import httpx
 import pytest
 
-from proxy.sim.feedfarm import (
+from proxy.farm import (
     DEFAULT_EPOCH,
     FeedFarm,
     FeedFormat,

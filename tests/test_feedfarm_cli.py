@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.sim.feedfarm import FarmProcess, FarmProcessError, load_publications
+from proxy.farm import FarmProcess, FarmProcessError, load_publications
 
 
 def test_subprocess_farm_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_subprocess_farm_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> 
 
 
 def test_sigint_also_stops_it_and_a_poisson_rate_publishes() -> None:
-    cmd = [sys.executable, "-m", "proxy.sim.farm_cli", "serve", "--feeds", "5", "--rate", "2"]
+    cmd = [sys.executable, "-m", "proxy.farm", "serve", "--feeds", "5", "--rate", "2"]
     cmd += ["--seconds-per-trace-unit", "0.01"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
@@ -82,7 +82,7 @@ def test_bad_options_fail_with_a_message() -> None:
     with pytest.raises(FarmProcessError, match="did not print its address"):
         FarmProcess(["--fault", "3:explode"]).start()
     proc = subprocess.run(
-        [sys.executable, "-m", "proxy.sim.farm_cli", "serve", "--fault", "3:explode"],
+        [sys.executable, "-m", "proxy.farm", "serve", "--fault", "3:explode"],
         capture_output=True,
         text=True,
         timeout=60,

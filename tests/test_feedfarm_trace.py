@@ -11,7 +11,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from proxy.sim.feedfarm import (
+from proxy.farm import (
     DEFAULT_EPOCH,
     FeedFarm,
     ManualClock,

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from proxy.farm import FeedFarm, ManualClock
 from proxy.feeds import (
     DEFAULT_USER_AGENT,
     FeedState,
@@ -37,7 +38,6 @@ from proxy.feeds import (
     TooLarge,
 )
 from proxy.feeds.parse import parse_document
-from proxy.sim.feedfarm import FeedFarm, ManualClock
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LOCAL = FetcherSettings(allow_private_networks=True, per_host_concurrency=8, per_host_min_delay=0)

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.farm import FeedFarm, ManualClock
 from proxy.feeds import (
     Entry,
     FeedState,
@@ -33,7 +34,6 @@ from proxy.feeds import (
     TooLarge,
 )
 from proxy.feeds.pool import ProbePool, decode_result, encode_result
-from proxy.sim.feedfarm import FeedFarm, ManualClock
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LOCAL = FetcherSettings(allow_private_networks=True, per_host_concurrency=8, per_host_min_delay=0,

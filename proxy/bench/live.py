@@ -444,8 +444,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> L
     import httpx
     import structlog
 
+    from proxy.farm import FeedFarm, TraceEvent
     from proxy.settings import env_name, load_settings
-    from proxy.sim.feedfarm import FeedFarm, TraceEvent
 
     wl = bw.workload
     k, n, length = wl.chronons, wl.resources, cfg.chronon_seconds
@@ -553,7 +553,7 @@ async def _read_back(
     """Probes, CEIs and entries from the database; publications from the farm's log."""
     from sqlalchemy import text
 
-    from proxy.sim.feedfarm import load_publications
+    from proxy.farm import load_publications
     from proxy.store import make_engine
 
     res = {fid: r for r, fid in enumerate(feed_ids)}
@@ -609,7 +609,7 @@ async def records_from_run(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: s
     """
     from sqlalchemy import text
 
-    from proxy.sim.feedfarm import load_publications
+    from proxy.farm import load_publications
     from proxy.store import make_engine
 
     db_url = cfg.database_url or f"sqlite+aiosqlite:///{out / f'{tag}.sqlite3'}"

@@ -26,9 +26,9 @@ import structlog
 import uvicorn
 
 from proxy.api import make_app
+from proxy.farm import FeedFarm
 from proxy.service import ProxyService
 from proxy.settings import load_settings
-from proxy.sim.feedfarm import FeedFarm
 
 BLOG_TOPICS = (
     ("Oil prices jump as supply tightens", "Crude oil rose 4% on Tuesday."),

@@ -1,7 +1,7 @@
 """The feed farm's HTTP/1.1 server: an ``asyncio.Protocol`` with just what the farm needs.
 
 Why not ``aiohttp.web``: the farm runs on the same two cores as the client it
-serves in ``benchmarks/bench_probe.py``, and aiohttp's request and response
+serves in ``benchmarks/machinery/bench_probe.py``, and aiohttp's request and response
 objects cost ~170 µs of CPU per feed request there, against ~45 µs for this
 server, whose common case (a cached feed document or a 304) is answered
 synchronously from ``data_received`` without creating a task.

@@ -4,8 +4,8 @@
 ``{"event": "listening", "url": "http://127.0.0.1:41234", "port": 41234, ...}``,
 serves until SIGINT/SIGTERM (or ``--duration``), then prints a ``"stopped"``
 line with request and publication counts and exits 0.  ``python -m
-proxy.sim.farm_cli serve …`` does the same without loading the other layers'
-commands (``proxy.sim.FarmProcess`` runs it that way).
+proxy.farm serve …`` does the same without loading the other layers'
+commands (``proxy.farm.FarmProcess`` runs it that way).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from proxy.sim.feedfarm import FeedFarm
+    from proxy.farm import FeedFarm
 
 farm_app = typer.Typer(no_args_is_help=True)
 
@@ -120,7 +120,7 @@ def serve(
     from datetime import timedelta
 
     from proxy.aio import loop_name, run
-    from proxy.sim.feedfarm import (
+    from proxy.farm import (
         FeedFarm,
         TraceEvent,
         load_csv_trace,
@@ -217,7 +217,3 @@ async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:
             "pings": dict(Counter(r.outcome for r in farm.pings)),
         }
     print(json.dumps(summary), flush=True)
-
-
-if __name__ == "__main__":
-    farm_app()

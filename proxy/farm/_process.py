@@ -1,4 +1,4 @@
-"""Run the feed farm in a child process (``python -m proxy.sim.farm_cli serve …``).
+"""Run the feed farm in a child process (``python -m proxy.farm serve …``).
 
 Benchmarks use it to give the server its own core; tests use it to check the
 CLI.  It does not restart a crashed farm.
@@ -45,7 +45,7 @@ class FarmProcess:
         return int(self.info["port"])
 
     def start(self) -> FarmProcess:
-        cmd = [sys.executable, "-m", "proxy.sim.farm_cli", "serve", *self.args]
+        cmd = [sys.executable, "-m", "proxy.farm", "serve", *self.args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None

@@ -32,14 +32,13 @@ import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proxy.sim._farm_control import control_handler
-from proxy.sim._farm_docs import (
+from proxy.farm._control import control_handler
+from proxy.farm._docs import (
     Entry,
     FeedFormat,
     Rendered,
@@ -48,78 +47,23 @@ from proxy.sim._farm_docs import (
     render_atom,
     render_rss,
 )
-from proxy.sim._farm_faults import FAULT_PARAMS, Fault, FaultMode, parse_fault_spec
-from proxy.sim._farm_http import HttpServer, Response, text_response
-from proxy.sim._farm_ping import PingDelay, Pinger, PingRecord, PingRequest, PingResolver
-from proxy.sim._farm_process import FarmProcess, FarmProcessError
-from proxy.sim._farm_trace import (
+from proxy.farm._faults import Fault, FaultMode
+from proxy.farm._http import HttpServer, Response, text_response
+from proxy.farm._ping import PingDelay, Pinger, PingRecord, PingRequest, PingResolver
+from proxy.farm._stats import FeedNotFoundError, FeedStats
+from proxy.farm._trace import (
     Clock,
-    CsvTrace,
-    ManualClock,
     MonotonicClock,
     Publication,
     PublicationLog,
     TraceEvent,
-    load_csv_trace,
-    load_publications,
-    poisson_schedule,
 )
 
 if TYPE_CHECKING:
-    from proxy.sim._farm_http import Request, Result
-
-__all__ = [
-    "DEFAULT_EPOCH",
-    "FAULT_PARAMS",
-    "Clock",
-    "CsvTrace",
-    "Entry",
-    "FarmProcess",
-    "FarmProcessError",
-    "Fault",
-    "FaultMode",
-    "FeedFarm",
-    "FeedFormat",
-    "FeedNotFoundError",
-    "FeedStats",
-    "ManualClock",
-    "MonotonicClock",
-    "PingRecord",
-    "PingRequest",
-    "PingResolver",
-    "Publication",
-    "TraceEvent",
-    "load_csv_trace",
-    "load_publications",
-    "parse_fault_spec",
-    "poisson_schedule",
-]
+    from proxy.farm._http import Request, Result
 
 DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """The calendar date of trace time 0 unless ``epoch=`` says otherwise."""
-
-
-class FeedNotFoundError(LookupError):
-    """The farm has no feed with this id."""
-
-    def __init__(self, feed_id: str) -> None:
-        super().__init__(f"the feed farm has no feed {feed_id!r}")
-        self.feed_id = feed_id
-
-
-@dataclass(frozen=True, slots=True)
-class FeedStats:
-    """Request counts of one feed (or of the whole farm)."""
-
-    requests: int
-    by_status: Mapping[int, int]
-    """Responses by HTTP status; 0 counts requests that were never answered (``timeout``)."""
-    conditional: int
-    """Requests that carried If-None-Match or If-Modified-Since."""
-
-    @property
-    def not_modified(self) -> int:
-        return self.by_status.get(304, 0)
 
 
 EntryText = Callable[[str, int], tuple[str, str]]
@@ -347,9 +291,9 @@ class FeedFarm:
             due = self._t0 + event.trace_time * self.seconds_per_trace_unit
             # Sleep at most a second so that a slow clock or a change of the
             # schedule cannot strand the driver.
-            await self._sleep(min(max(due - self.clock.now(), 0.0), 1.0))
+            await self.sleep_unless_closing(min(max(due - self.clock.now(), 0.0), 1.0))
 
-    async def _sleep(self, seconds: float) -> bool:
+    async def sleep_unless_closing(self, seconds: float) -> bool:
         """Sleep, waking early when the farm closes; True if it is closing."""
         try:
             await asyncio.wait_for(self._closing.wait(), timeout=seconds)
@@ -649,7 +593,7 @@ class FeedFarm:
         return feed.last_modified <= since
 
     def _serve_fault(self, feed: _Feed, fmt: FeedFormat) -> Result | Awaitable[Result]:
-        from proxy.sim._farm_serve_faults import serve_fault
+        from proxy.farm._serve_faults import serve_fault
 
         fault = feed.fault
         assert fault is not None
@@ -659,11 +603,18 @@ class FeedFarm:
                 feed.fault, feed.fault_left = None, None
         return serve_fault(self, feed.feed_id, fmt, fault)
 
-    def _count(self, feed_id: str, status: int) -> None:
+    def count_response(self, feed_id: str, status: int) -> None:
+        """Count a response to ``feed_id`` in its statistics (fault serving answers itself)."""
         self._feeds[feed_id].statuses[status] += 1
 
-    def _document(self, feed_id: str, fmt: FeedFormat) -> bytes:
+    def document(self, feed_id: str, fmt: FeedFormat) -> bytes:
+        """The feed's current document in ``fmt``, uncompressed, as a GET would show it."""
         return self._rendered(self._feeds[feed_id], fmt).body
+
+    @property
+    def closing(self) -> bool:
+        """True once the farm has begun to close (streams and waits stop early)."""
+        return self._closing.is_set()
 
     def _handle_loop(self, feed_id: str, hop: str) -> Response:
         feed = self._feeds.get(feed_id)

@@ -14,14 +14,35 @@ Requests to it are not counted in the feed statistics.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from proxy.sim._farm_http import Request, Response, text_response
+from proxy.farm._http import Request, Response, text_response
+from proxy.farm._stats import FeedNotFoundError, FeedStats
+from proxy.farm._trace import Publication
 
-if TYPE_CHECKING:
-    from proxy.sim.feedfarm import FeedFarm, FeedStats
+
+class ControlledFarm(Protocol):
+    """What the control API drives (``FeedFarm`` is one; this module never imports it)."""
+
+    @property
+    def feed_ids(self) -> list[str]: ...
+
+    @property
+    def publications(self) -> Sequence[Publication]: ...
+
+    def trace_now(self) -> float: ...
+
+    def stats(self, feed_id: str | None = None) -> FeedStats: ...
+
+    def publish(self, feed_id: str, *, title: str | None = None, summary: str | None = None) -> str: ...
+
+    def set_fault(self, feed_id: str, mode: Any, *, times: int | None = None, **params: Any) -> None: ...
+
+    def set_ping_target(
+        self, feed_id: str, url: str | None, headers: dict[str, str] | None = None
+    ) -> None: ...
 
 
 class _HttpError(Exception):
@@ -56,9 +77,8 @@ def _read_json(request: Request) -> dict[str, Any]:
     return data
 
 
-def control_handler(farm: FeedFarm) -> Callable[[Request], Response]:
+def control_handler(farm: ControlledFarm) -> Callable[[Request], Response]:
     """The handler of every ``/_farm/...`` request of ``farm``."""
-    from proxy.sim.feedfarm import FeedNotFoundError
 
     def health(_request: Request) -> Response:
         return _json({"ok": True, "feeds": len(farm.feed_ids), "trace_now": farm.trace_now()})

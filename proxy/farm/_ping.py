@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from proxy.sim._farm_trace import Publication
+from proxy.farm._trace import Publication
 
 if TYPE_CHECKING:
     import aiohttp
