@@ -1,5 +1,8 @@
 """``proxy db …`` and ``proxy users …``.
 
+They live here, not in ``proxy/store``, because importing that package loads
+SQLAlchemy: the commands import the store when they run.
+
 Both read the settings (``PROXY_*`` environment, ``.env``); ``--database-url``
 overrides ``PROXY_DATABASE_URL``. ``users create`` migrates the database first,
 so it works on a fresh checkout. Errors go to standard error with exit status 1.
