@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "policies"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "machinery"))
 
 from policy_anatomy import anatomy
 from policy_compare import point_params, seed_range

@@ -4,7 +4,7 @@ feedparser is the reference for correctness (ill-formed feeds, encodings,
 sanitising, relative links), but it is slow: milliseconds per document.  The
 hot path therefore uses ``fastfeedparser`` **only for documents of the shape
 where it was measured to agree with feedparser** (``docs/parser-agreement.md``,
-``benchmarks/parser_agreement.py``): UTF-8 XML, no DOCTYPE, an RSS 2.0 /
+``benchmarks/machinery/parser_agreement.py``): UTF-8 XML, no DOCTYPE, an RSS 2.0 /
 Atom 1.0 root, no bare ``&`` or rich Atom titles, and (after parsing) as many
 entries as the document has ``<item>`` / ``<entry>`` elements, real ids, and no
 identity that depends on feedparser's sanitiser.  Everything else, and every

@@ -5,7 +5,7 @@ resources, every EI active at the measured chronon with a window of at most
 ``--window`` chronons.  Small runs: the paper's baseline shape (n=1000,
 K=1000, ~2k CEIs, C=1) driven chronon by chronon like the simulator.
 
-Usage: .venv/bin/python benchmarks/bench_select.py [--ceis 1000000] [--out docs/bench-select.md]
+Usage: .venv/bin/python benchmarks/machinery/bench_select.py [--ceis 1000000] [--out docs/bench-select.md]
 """
 
 from __future__ import annotations
@@ -159,10 +159,10 @@ def main() -> None:
     lines = [
         "# `Engine.select` benchmark",
         "",
-        "Written by `benchmarks/bench_select.py`; rerun with",
+        "Written by `benchmarks/machinery/bench_select.py`; rerun with",
         "",
         "```",
-        f".venv/bin/python benchmarks/bench_select.py --ceis {args.ceis} --resources {args.resources} "
+        f".venv/bin/python benchmarks/machinery/bench_select.py --ceis {args.ceis} --resources {args.resources} "
         f"--window {args.window} --budgets {args.budgets} --repeat {args.repeat} --seed {args.seed}",
         "```",
         "",

@@ -1,7 +1,7 @@
 """Can ``adm-edf`` be improved by looking ahead with the true arrival model?  A rollout experiment.
 
 Issue "Beyond the paper" asks for 95 % of the exact optimum on the paper's
-baseline; ``adm-edf`` gets 94.4 %.  ``benchmarks/policy_lookahead.py`` showed
+baseline; ``adm-edf`` gets 94.4 %.  ``benchmarks/policies/policy_lookahead.py`` showed
 that a rolling LP over the known CEIs stops at about the same place, and that
 one chronon of clairvoyance lifts it to 95.1 %.  This script asks the question
 the standard way for online stochastic problems: **policy rollout**
@@ -33,7 +33,7 @@ to ``docs/policies.md`` between the ``rollout:begin``/``rollout:end`` markers.
 
 Usage::
 
-    .venv/bin/python benchmarks/policy_rollout.py [--seeds 4] [--samples 16] [--horizon 80] [--drain 0]
+    .venv/bin/python benchmarks/policies/policy_rollout.py [--seeds 4] [--samples 16] [--horizon 80] [--drain 0]
         [--candidates 4] [--margin 0.2] [--jobs 2] [--no-docs]
 """
 

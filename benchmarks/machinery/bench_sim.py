@@ -1,6 +1,6 @@
 """Simulator speed: every policy on the baseline and a large workload, and the exact optimum.
 
-Run:  .venv/bin/python benchmarks/bench_sim.py [--out docs/bench-sim.md] [--seed 1]
+Run:  .venv/bin/python benchmarks/machinery/bench_sim.py [--out docs/bench-sim.md] [--seed 1]
 
 Targets (task brief): one policy run < 1 s on the baseline (Table 1: n=1000,
 m=100, K=1000, λ=20, k=3, W=10, C=1) and < 10 s on the large workload
@@ -42,7 +42,7 @@ def main() -> None:
     lines = [
         "# Simulator benchmark",
         "",
-        f"Command: `.venv/bin/python benchmarks/bench_sim.py --seed {args.seed}`  ",
+        f"Command: `.venv/bin/python benchmarks/machinery/bench_sim.py --seed {args.seed}`  ",
         f"Run: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, Python {platform.python_version()}, "
         f"a 2-core machine shared with other work (1-minute load average {load:.1f} at the start: "
         "expect noise; a run on an idle machine is several times faster).",

@@ -17,7 +17,7 @@ apart).
 
 Usage::
 
-    .venv/bin/python benchmarks/policy_compare.py --points "overwrite;n=400,C=2,W=20" \\
+    .venv/bin/python benchmarks/policies/policy_compare.py --points "overwrite;n=400,C=2,W=20" \\
         --seeds 101-150 --policies mrsf-p,adm-edf
 
 Prints, per point, each policy's total captured CEIs, its mean ratio to the
@@ -34,6 +34,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "machinery"))
 from bench_select import scattered_workload  # a sibling script, not a package
 from policy_sweep import BASE, POINTS
 

@@ -26,13 +26,13 @@ with the largest ``x[r, t]``.  Four variants:
   the arrival model exactly (Van Hentenryck and Bent's "consensus").
 
 Schedules are re-scored by :func:`proxy.sim.score.score_schedule`; the
-yardstick is the optimum cached by ``benchmarks/policy_sweep.py`` in
+yardstick is the optimum cached by ``benchmarks/policies/policy_sweep.py`` in
 ``docs/policies_sweep.csv``.  Output goes to ``docs/policies.md`` between the
 ``lookahead:begin``/``lookahead:end`` markers.
 
 Usage::
 
-    .venv/bin/python benchmarks/policy_lookahead.py [--seeds 10] [--prices 0,0.2,0.3,0.35,0.4,0.45,0.5]
+    .venv/bin/python benchmarks/policies/policy_lookahead.py [--seeds 10] [--prices 0,0.2,0.3,0.35,0.4,0.45,0.5]
         [--integral 0.4] [--peeks 1,2,5] [--sampled 5 --sampled-seeds 4] [--jobs 2] [--no-docs]
 """
 

@@ -7,7 +7,7 @@ If-None-Match).  The farm runs in a child process so that server and client
 each get a core.  Writes the table between the figure markers of
 ``docs/bench-transport.md`` (the prose around them is kept).
 
-Run:  .venv/bin/python benchmarks/bench_transport.py [--seconds 3] [--feeds 1000]
+Run:  .venv/bin/python benchmarks/machinery/bench_transport.py [--seconds 3] [--feeds 1000]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from proxy.farm import FarmProcess
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "bench-transport.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "bench-transport.md"
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 
 Fetch = Callable[[str, dict[str, str]], Awaitable[int]]
@@ -257,7 +257,7 @@ async def main() -> None:
         f"{p} {metadata.version(p)}" for p in ("httpx", "httpx-aiohttp", "aiohttp")
     )
     lines = [
-        "Command: `.venv/bin/python benchmarks/bench_transport.py "
+        "Command: `.venv/bin/python benchmarks/machinery/bench_transport.py "
         + f"--seconds {args.seconds:g} --feeds {args.feeds} --repeats {args.repeats}`",
         "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "

@@ -1,7 +1,7 @@
 """Where the optimum's extra captures come from, on the paper's baseline.
 
 For each schedule (the exact optimum, ``adm-edf``, ``mrsf-p`` and the rolling
-LP of ``benchmarks/policy_lookahead.py`` at price 0.4) it counts the captured
+LP of ``benchmarks/policies/policy_lookahead.py`` at price 0.4) it counts the captured
 CEIs by rank, and the probes that serve more than one captured CEI: one probe
 captures every active EI on its resource (spec "Semantics"), so a schedule
 captures more CEIs than it spends probes only through such shared probes.
@@ -21,7 +21,7 @@ engine.  Output goes to ``docs/policies.md`` between the
 
 Usage::
 
-    .venv/bin/python benchmarks/policy_anatomy.py [--seeds 1,2,3] [--no-docs]
+    .venv/bin/python benchmarks/policies/policy_anatomy.py [--seeds 1,2,3] [--no-docs]
 """
 
 from __future__ import annotations

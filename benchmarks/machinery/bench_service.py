@@ -1,6 +1,6 @@
 """The live loop under load: N feeds on the farm, P profiles, budget C per 1 s chronon, SQLite and PostgreSQL.
 
-    .venv/bin/python benchmarks/bench_service.py --feeds 10000 --profiles 100000 \
+    .venv/bin/python benchmarks/machinery/bench_service.py --feeds 10000 --profiles 100000 \
         --budget 200 --chronon 1.0 --duration 120 --db sqlite --db postgres
 
 Setup (not timed): the feed farm runs as its own process (``proxy farm serve``,
@@ -35,9 +35,9 @@ from typing import Any
 
 from sqlalchemy import text
 
+from proxy.farm import FarmProcess
 from proxy.service import ProxyService
 from proxy.settings import load_settings
-from proxy.farm import FarmProcess
 from proxy.store import RuleInput, Store, upgrade_database
 
 WORDS = ["market", "energy", "report", "city", "council", "weather", "river", "election", "museum", "football", "harvest", "railway", "bridge", "festival", "science", "budget", "hospital", "school", "review", "storm", "airport", "library", "concert", "garden", "opera"]
@@ -327,7 +327,7 @@ async def main() -> None:
                     await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                     await conn.close()
             print(results[-1], flush=True)
-    command = "PYTHONPATH=. .venv/bin/python benchmarks/bench_service.py " + " ".join(sys.argv[1:])
+    command = "PYTHONPATH=. .venv/bin/python benchmarks/machinery/bench_service.py " + " ".join(sys.argv[1:])
     text_ = report(results, args, command)
     _write(args.out, text_)
     print(text_)

@@ -16,7 +16,7 @@ computes what is missing, and ``--refresh POLICY`` recomputes one policy.
 
 Usage::
 
-    .venv/bin/python benchmarks/policy_sweep.py [--seeds 10] [--time-limit 20]
+    .venv/bin/python benchmarks/policies/policy_sweep.py [--seeds 10] [--time-limit 20]
         [--only-optimum] [--policies a,b] [--refresh new-policy] [--no-docs]
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from proxy.sim.generate import GenParams, Life, generate
 from proxy.sim.run import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "docs" / "policies_sweep.csv"
 DOC = ROOT / "docs" / "policies.md"
 IMG = ROOT / "docs" / "img"
@@ -184,7 +184,7 @@ def run_large(seeds: Sequence[int], policies: Sequence[str],
 
 def invocation(script: str, argv: Sequence[str] | None) -> tuple[str, str]:
     """The command line to cite for ``script`` run with ``argv``, and the time of the run."""
-    cmd = " ".join([f"benchmarks/{script}", *(argv if argv is not None else sys.argv[1:])])
+    cmd = " ".join([f"benchmarks/policies/{script}", *(argv if argv is not None else sys.argv[1:])])
     return f".venv/bin/python {cmd}", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
@@ -221,7 +221,7 @@ def baseline_optima(cache: dict[tuple[str, int, str], dict[str, str]], seeds: Se
     for s in seeds:
         row = cache.get(("baseline", s, "optimal"))
         if row is None:
-            raise ValueError(f"no cached optimum for baseline seed {s}: run benchmarks/policy_sweep.py first")
+            raise ValueError(f"no cached optimum for baseline seed {s}: run benchmarks/policies/policy_sweep.py first")
         top[s] = yardstick(row)
     return top
 
@@ -367,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table, means = tables(rows, policies, seeds)
     print(table)
     images = plots(means, policies)
-    cmd = "python " + " ".join(["benchmarks/policy_sweep.py", *(argv if argv is not None else sys.argv[1:])])
+    cmd = "python " + " ".join(["benchmarks/policies/policy_sweep.py", *(argv if argv is not None else sys.argv[1:])])
     write_doc(table, images, seeds, args.time_limit, cmd)
     return 0
 

@@ -10,7 +10,7 @@ engine's own API: ``heavy`` (the default) resolves 60 empty CEIs as missed, so
 60 one-EI CEIs on resource 0 (which also captures the pool's few EIs there);
 ``none`` leaves the share unknown, as on a fresh service.
 
-Usage: .venv/bin/python benchmarks/bench_select_new.py [--ceis 1000000] [--policies adm-edf,mrsf-p] [--load heavy]
+Usage: .venv/bin/python benchmarks/machinery/bench_select_new.py [--ceis 1000000] [--policies adm-edf,mrsf-p] [--load heavy]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bench_select import build_large, time_select  # a sibling script, not a pac
 
 from proxy.core.engine import SHARE_MIN_RESOLVED, Engine
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "policies.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "policies.md"
 BEGIN, END = "<!-- speed:begin -->", "<!-- speed:end -->"
 
 
@@ -65,7 +65,7 @@ def main() -> None:
     cands = len(eng.cei_candidates())
     lines = [
         BEGIN,
-        f"Command: `.venv/bin/python benchmarks/bench_select_new.py --ceis {args.ceis} "
+        f"Command: `.venv/bin/python benchmarks/machinery/bench_select_new.py --ceis {args.ceis} "
         f"--resources {args.resources} --window {args.window} --budgets {args.budgets} "
         f"--policies {args.policies} --load {args.load}` "
         f"(run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "

@@ -8,7 +8,7 @@
 * ping: ``on_notification`` driving ``--rules`` AuctionWatch(3) rules over
   1,000 feeds.
 
-Usage: .venv/bin/python benchmarks/bench_rules.py [--rules 20000] [--fanout 100] [--out docs/bench-rules.md]
+Usage: .venv/bin/python benchmarks/machinery/bench_rules.py [--rules 20000] [--fanout 100] [--out docs/bench-rules.md]
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main() -> None:
     tick = bench_compile_and_tick(args.rules)
     probe = bench_probe(args.fanout)
     ping = bench_pings(args.rules)
-    cmd = f".venv/bin/python benchmarks/bench_rules.py --rules {args.rules} --fanout {args.fanout}"
+    cmd = f".venv/bin/python benchmarks/machinery/bench_rules.py --rules {args.rules} --fanout {args.fanout}"
     lines = [
         "# Trigger evaluator benchmark",
         "",

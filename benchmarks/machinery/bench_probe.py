@@ -25,7 +25,7 @@ store) and second pass (304s), as a peer; the ratio is reported.
 
 Writes ``docs/bench-probe.md``.
 
-Run:  .venv/bin/python benchmarks/bench_probe.py [--feeds 10000] [--probes 100000] [--concurrency 64]
+Run:  .venv/bin/python benchmarks/machinery/bench_probe.py [--feeds 10000] [--probes 100000] [--concurrency 64]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from proxy import aio
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "bench-probe.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "bench-probe.md"
 
 
 def make_rss(base: str, feed: int, n: int, version: int = 0) -> bytes:
@@ -327,7 +327,7 @@ def main() -> None:
 
     load = os.getloadavg()
     cmd = (
-        f".venv/bin/python benchmarks/bench_probe.py --feeds {args.feeds} --hosts {args.hosts} "
+        f".venv/bin/python benchmarks/machinery/bench_probe.py --feeds {args.feeds} --hosts {args.hosts} "
         f"--processes {args.processes} --probes {args.probes} "
         f"--probes-304 {args.probes_304} --concurrency {args.concurrency} "
         f"--parse-threads {args.parse_threads} --parse-processes {args.parse_processes} "
