@@ -30,6 +30,7 @@ class Entry:
     title: str | None = None
     summary: str | None = None
     content: str | None = None
+    published: datetime | None = None
 
 
 class Proxy:
@@ -38,6 +39,7 @@ class Proxy:
     def __init__(self, ev: TriggerEvaluator) -> None:
         self.ev = ev
         self.engine = Engine(5)
+        self.last_success: dict[int, int] = {}  # what the service's FeedSlot remembers
 
     def chronon(self, t: int, probes: dict[int, list[Entry] | None], pings: tuple[int, ...] = ()) -> None:
         self.engine.advance(t)
@@ -48,8 +50,11 @@ class Proxy:
         for r, entries in probes.items():
             self.engine.begin_probe(r)
             ok = entries is not None
-            apply_ops(self.engine, self.ev.on_probe(r, t, ok, entries or []))
+            ops = self.ev.on_probe(r, t, ok, entries or [], previous_success=self.last_success.get(r))
+            apply_ops(self.engine, ops)
             self.engine.complete_probe(r, t, success=ok)
+            if ok:
+                self.last_success[r] = t
         self._missed()
 
     def _missed(self) -> None:

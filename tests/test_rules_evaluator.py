@@ -49,6 +49,7 @@ class Entry:
     title: str | None = None
     summary: str | None = None
     content: str | None = None
+    published: datetime | None = None
 
 
 def evaluator(body: dict[str, Any], profile_id: str = "p", **kwargs: Any) -> TriggerEvaluator:
@@ -329,7 +330,9 @@ def test_update_model_ignores_repeats_and_learns_from_probes() -> None:
     model.observe(3, 9)
     assert model.mean_interval(3) == 4
     ev = TriggerEvaluator(GRID, update_model=model)
-    ev.on_probe(3, 12, True, [Entry()])  # new entries at 12: gap 3
+    ev.on_probe(3, 12, True, [Entry()])  # the feed's first success: its backlog, not an update
+    assert model.mean_interval(3) == 4
+    ev.on_probe(3, 12, True, [Entry()], previous_success=11)  # changed in (11, 12]: gap 3
     assert model.mean_interval(3) == 3
     ev.on_probe(3, 20, True, [])  # nothing new: no update
     ev.on_probe(3, 21, False, [Entry()])  # failed: nothing

@@ -16,15 +16,19 @@ condition holds):
 
 * A **trigger rule** opens an *unsealed* CEI holding one EI on the trigger feed,
   ``[t, t + slack]``, at each fire chronon ``t`` (``every``/``cron``) or at each
-  update notification (``on``). The first successful probe of the trigger feed
+  update ``t`` of the feed (``on``): an update notification (ping), or a probe
+  that found new entries, dated by :func:`estimate_update_chronon` (feeds
+  that never ping are most feeds). The first successful probe of the trigger feed
   inside that window decides it (:meth:`TriggerEvaluator.on_probe`): if the
   condition holds on the new entries the probe found, one EI per query feed
   joins the CEI (the last one seals it: rank 1 + number of query feeds);
   otherwise the CEI is sealed at rank 1 and is captured exactly when its trigger
   EI is. A probe that finds no new entry does not fire the rule.
-* A **watch rule** builds the main paper's AuctionWatch(k) CEIs from update
-  notifications: CEI j holds, for every watched feed, the EI ``[u, u + within]``
-  of its first notification ``u`` strictly after the last EI start of CEI j-1.
+* A **watch rule** builds the main paper's AuctionWatch(k) CEIs from the same
+  updates: CEI j holds, for every watched feed, the EI ``[u, u + within]``
+  of its first update ``u`` strictly after the last EI start of CEI j-1. An
+  update found by a probe is captured by that probe when the probe lies inside
+  ``[u, u + within]``; found later, its CEI is missed (pull-only monitoring).
 * ``overwrite`` life (paper 002 §2.1: capture before the feed's next change)
   needs the time of the next change, which is unknown online; the main paper
   §2.1 lets EIs be predicted from an update model. We use the feed's mean
@@ -62,7 +66,7 @@ from proxy.rules.ports import (
     first_chronon_from,
 )
 from proxy.rules.schemas import ProfileSpec, RuleSpec
-from proxy.rules.updates import UpdateModel
+from proxy.rules.updates import UpdateModel, estimate_update_chronon
 
 if TYPE_CHECKING:
     from apscheduler.triggers.cron import CronTrigger
@@ -226,6 +230,8 @@ class TriggerEvaluator:
         self._open_index: dict[str, str] = {}  # open CEI id -> rule id
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
         self._dirty: set[str] = set()
+        self._last_ping: dict[int, int] = {}  # feed -> chronon of its last notification
+        self._watchers: dict[int, int] = {}  # feed -> rules that wait for its updates
         self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
         self._counter = 0
         # Temporal rules wait in a heap by next fire chronon, so a tick costs what is due,
@@ -294,6 +300,12 @@ class TriggerEvaluator:
                 listed.remove(rule_id)
                 if not listed:
                     del self._by_resource[r]
+                if _waits_for_updates(rule):
+                    left = self._watchers[r] - 1
+                    if left:
+                        self._watchers[r] = left
+                    else:
+                        del self._watchers[r]
         return ops
 
     def replace_profile(
@@ -354,10 +366,21 @@ class TriggerEvaluator:
                 feeds = rule.resources
             for r in feeds:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
+                if _waits_for_updates(rule):
+                    self._watchers[r] = self._watchers.get(r, 0) + 1
             self._dirty.add(rule.rule_id)
 
     def profile_ids(self) -> list[str]:
         return list(self._profiles)
+
+    def update_watchers(self) -> Mapping[int, int]:
+        """Feeds whose updates some rule waits for (``on: update`` triggers, watch rules): how many.
+
+        Only a probe or a ping tells these rules anything; on a feed that never
+        pings, background probes must look (``proxy.core.discovery``). Kept up
+        to date as profiles come and go: reading it costs nothing. Read-only.
+        """
+        return self._watchers
 
     def rule_ids(self, profile_id: str) -> list[str]:
         return list(self._profiles[profile_id])
@@ -477,24 +500,46 @@ class TriggerEvaluator:
         started_chronon: int,
         success: bool,
         new_entries: Sequence[EntryLike],
+        *,
+        previous_success: int | None = None,
     ) -> list[Op]:
         """A probe of ``resource`` that started at ``started_chronon`` finished.
 
-        Call it BEFORE recording the probe's capture in the engine. For each
-        rule triggered by this feed, the open CEIs whose trigger window contains
-        ``started_chronon`` are decided: if the condition holds on
-        ``new_entries``, the query EIs join (``[started, started + within]``, or
-        the ``overwrite`` estimate) and the last one seals the CEI; else the CEI
-        is sealed at rank 1. A failed probe decides nothing (another probe may
-        still succeed in the window). ``every_nth`` counts the matching new
-        entries of every successful probe of the feed, in or out of a window.
-        New entries also count as an update for the :class:`UpdateModel`.
+        Call it BEFORE recording the probe's capture in the engine. A failed
+        probe decides nothing (another probe may still succeed in the window).
+
+        1. **An update observation.** New entries after a previous successful
+           probe (``previous_success``, the chronon it counted for) mean the
+           feed changed in ``(previous_success, started]``: at the chronon
+           :func:`estimate_update_chronon` gives, the feed's ``on: update``
+           triggers open their CEI and its watch rules advance, exactly as a
+           ping at that chronon would (:meth:`on_notification`), and the
+           :class:`UpdateModel` observes it. This probe captures the EIs it
+           opened when it falls inside them; a change found later than the
+           rule's window makes its CEI missed, as it was. A ping received in
+           that interval already announced the change: the probe confirms it
+           and adds nothing (they count once). Without ``previous_success``
+           (the feed's first successful probe) the entries are its backlog,
+           not a change.
+        2. **Decisions.** For each rule triggered by this feed, the open CEIs
+           whose trigger window contains ``started_chronon`` are decided: if
+           the condition holds on ``new_entries``, the query EIs join
+           (``[started, started + within]``, or the ``overwrite`` estimate) and
+           the last one seals the CEI; else the CEI is sealed at rank 1.
+           ``every_nth`` counts the matching new entries of every successful
+           probe of the feed, in or out of a window.
         """
         if not success:
             return []
-        if new_entries:
-            self.updates.observe(resource, started_chronon)
         ops: list[Op] = []
+        if new_entries and previous_success is not None and previous_success < started_chronon:
+            last_ping = self._last_ping.get(resource)
+            if last_ping is None or not previous_success < last_ping <= started_chronon:
+                u = estimate_update_chronon(
+                    (e.published for e in new_entries), previous_success, started_chronon, self.clock
+                )
+                self.updates.observe(resource, u)
+                ops.extend(self._on_update(resource, u))
         prepared: list[_Prepared] | None = None
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
@@ -524,9 +569,15 @@ class TriggerEvaluator:
         Opens a CEI ``[t, t + slack]`` for each ``on: update|ping`` trigger of the
         feed (at most one per rule and chronon: hubs repeat pings), and advances
         watch rules (AuctionWatch: see the module docstring). Also an update
-        observation for the :class:`UpdateModel`.
+        observation for the :class:`UpdateModel`. The probe that later finds
+        the announced entries confirms this update and does not count it again.
         """
         self.updates.observe(resource, t)
+        self._last_ping[resource] = t
+        return self._on_update(resource, t)
+
+    def _on_update(self, resource: int, t: int) -> list[Op]:
+        """``resource`` changed at chronon ``t`` (pinged, or found by a probe): the rules that wait for it."""
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
@@ -768,6 +819,11 @@ class TriggerEvaluator:
             state.cei_id = None
             state.covered = {}
         return ops
+
+
+def _waits_for_updates(rule: _Rule) -> bool:
+    """Whether ``rule`` learns of its feeds' updates only from pings or probes."""
+    return isinstance(rule, _WatchRule) or rule.mode == "notify"
 
 
 def _opt_int(value: Any) -> int | None:

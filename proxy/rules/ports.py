@@ -29,10 +29,17 @@ __all__ = [
 
 
 class EntryLike(Protocol):
-    """What a condition reads from a new entry (the feed layer's ``Entry`` satisfies it)."""
+    """What a condition reads from a new entry (the feed layer's ``Entry`` satisfies it).
+
+    ``published`` (timezone-aware, or ``None`` when the feed gives none) dates
+    the update a probe discovered (:func:`proxy.rules.updates.estimate_update_chronon`).
+    """
 
     @property
     def title(self) -> str | None: ...
+
+    @property
+    def published(self) -> datetime | None: ...
 
     @property
     def summary(self) -> str | None: ...

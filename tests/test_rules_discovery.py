@@ -1,0 +1,138 @@
+"""Feeds that never ping: a probe that finds new entries is an update for every rule on the feed.
+
+The engine is the real one; the calls follow the service's order (tick, pings,
+``on_probe`` before the capture, the previous successful probe passed in).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from proxy.core.engine import CeiState
+from proxy.rules import ChrononGrid, OpenCei, ProfileSpec, RevealEi, SealCei, TriggerEvaluator
+from proxy.rules.updates import estimate_update_chronon
+from tests.test_rules_engine import FEEDS, Entry, Proxy
+
+GRID = ChrononGrid(datetime(2026, 1, 5, tzinfo=UTC), 60.0)
+MISH, CNN, A, B = FEEDS["FEED_MISH"], FEEDS["FEED_CNN"], FEEDS["A"], FEEDS["B"]
+
+
+def at(t: float) -> datetime:
+    """The instant ``t`` chronons after the grid's origin."""
+    return GRID.origin + timedelta(seconds=t * GRID.length)
+
+
+@pytest.mark.parametrize(
+    ("published", "previous", "probe", "expected"),
+    [
+        ([at(13.5)], 10, 20, 13),  # dated inside (10, 20]: its chronon
+        ([at(17), at(12.2), None], 10, 20, 12),  # the earliest new entry
+        ([], 10, 20, 16),  # no date: the midpoint of [11, 20], rounded up
+        ([None, None], 10, 20, 16),
+        ([at(8)], 10, 20, 11),  # a little before the previous probe (cache lag): clipped to 11
+        ([at(24)], 10, 20, 20),  # a little ahead (publisher's clock): clipped to the probe
+        ([datetime(1, 1, 1, tzinfo=UTC)], 10, 20, 16),  # junk: ignored
+        ([at(10 - 500)], 10, 20, 16),  # back-dated by days: says nothing about (10, 20]
+        ([at(20 + 500)], 10, 20, 16),  # far future: ignored
+        ([datetime(1, 1, 1, tzinfo=UTC), at(19)], 10, 20, 19),  # junk beside a good date
+        ([at(3)], 4, 5, 5),  # a one-chronon interval: the only possible chronon
+        ([], 4, 5, 5),
+    ],
+)
+def test_estimate_update_chronon(published: list[datetime | None], previous: int, probe: int, expected: int) -> None:
+    assert estimate_update_chronon(published, previous, probe, GRID) == expected
+
+
+def test_estimate_needs_a_probe_after_the_previous_success() -> None:
+    with pytest.raises(ValueError, match="must come after"):
+        estimate_update_chronon([], 7, 7, GRID)
+
+
+def _proxy(rules: list[dict[str, object]]) -> Proxy:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": rules}), FEEDS)
+    return Proxy(ev)
+
+
+ON_UPDATE = {
+    "name": "oil",
+    "trigger": {"feed": "FEED_MISH", "on": "update", "slack": "3m", "when": {"contains": ["oil"]}},
+    "query": [{"feed": "FEED_CNN", "within": "10m"}],
+}
+
+
+def test_an_on_update_trigger_fires_from_a_probe_that_found_new_entries() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS)
+    oil = [Entry(title="Oil at $90", published=at(11.4))]
+    # The first success is the feed's backlog: nothing fires.
+    assert ev.on_probe(MISH, 5, True, oil) == []
+    # Changed in (5, 12], dated at 11: the trigger EI [11, 14] opens and this probe decides it.
+    assert ev.on_probe(MISH, 12, True, oil, previous_success=5) == [
+        OpenCei("p/0:0", "p", "p/0", ((MISH, 11, 14),), sealed=False),
+        RevealEi("p/0:0", CNN, 12, 22, seal=True),
+    ]
+    # Nothing new, or a failed probe: no update.
+    assert ev.on_probe(MISH, 13, True, [], previous_success=12) == []
+    assert ev.on_probe(MISH, 14, False, oil, previous_success=13) == []
+    # New entries without the keyword: the update still opens a CEI, sealed at rank 1.
+    assert ev.on_probe(MISH, 20, True, [Entry(title="Gold")], previous_success=13) == [
+        OpenCei("p/0:1", "p", "p/0", ((MISH, 17, 20),), sealed=False),
+        SealCei("p/0:1"),
+    ]
+
+
+def test_a_ping_and_the_probe_that_confirms_it_count_once() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS)
+    opened = ev.on_notification(MISH, 11)
+    assert opened == [OpenCei("p/0:0", "p", "p/0", ((MISH, 11, 14),), sealed=False)]
+    oil = [Entry(title="oil", published=at(10.5))]
+    # The probe finds the announced entry: it decides the pinged CEI, opens no second one.
+    assert ev.on_probe(MISH, 12, True, oil, previous_success=8) == [RevealEi("p/0:0", CNN, 12, 22, seal=True)]
+    assert ev.updates.snapshot([MISH]) == {str(MISH): [11, -1.0]}
+    # A later change with no ping is the probe's own observation again.
+    later = [Entry(title="oil", published=at(25.2))]
+    assert ev.on_probe(MISH, 30, True, later, previous_success=12) == [
+        OpenCei("p/0:1", "p", "p/0", ((MISH, 25, 28),), sealed=False),
+    ]
+
+
+def test_on_update_trigger_on_the_engine_captured_when_found_in_time_missed_when_late() -> None:
+    px = _proxy([ON_UPDATE])
+    oil = [Entry(title="oil")]
+    script = {
+        0: {MISH: [Entry(title="old news")]},  # backlog
+        4: {MISH: oil},  # changed in (0, 4], no date: 3 -> [3, 6], probed at 4: fires, CNN [4, 14]
+        6: {CNN: []},  # captures CNN: CEI 0 complete
+        30: {MISH: oil},  # changed in (4, 30], no date: 18 -> [18, 21]: found too late, missed
+    }
+    for t in range(32):
+        px.chronon(t, script.get(t, {}))
+    assert px.engine.state("p/0:0") is CeiState.CAPTURED
+    assert px.engine.state("p/0:1") is CeiState.MISSED
+    assert px.ev.open_cei_ids() == []
+    assert px.engine.pending_ceis == 0
+
+
+def test_watch_rule_over_two_feeds_that_never_ping_is_captured_by_probes() -> None:
+    px = _proxy([{"name": "w", "watch": {"feeds": ["A", "B"], "within": "3m"}}])
+    new = [Entry(title="bid")]
+    probes: dict[int, dict[int, list[Entry] | None]] = {
+        0: {A: [], B: []},  # first successes: nothing known before them
+        2: {A: new},  # A changed in (0, 2]: midpoint 2 -> EI [2, 5], captured by this probe
+        3: {B: new},  # B changed in (0, 3]: 2 -> EI [2, 5], captured: CEI 0 captured
+        14: {A: new},  # A changed in (2, 14]: midpoint 9 -> [9, 12]: found late, CEI 1 missed
+        15: {B: new},  # B changed in (3, 15]: 10 -> CEI 1's second EI (it keeps its place)
+        17: {A: new, B: new},  # (14, 17] and (15, 17]: CEI 2 = A@16, B@17, captured at 17
+    }
+    for t in range(20):
+        px.chronon(t, probes.get(t, {}))
+    assert [px.engine.state(f"p/0:{i}") for i in range(3)] == [
+        CeiState.CAPTURED,
+        CeiState.MISSED,
+        CeiState.CAPTURED,
+    ]
+    assert px.engine.pending_ceis == 0
