@@ -21,6 +21,8 @@ class FeedSlot:
     consecutive_errors: int
     not_before: dt.datetime | None
     disabled: bool
+    last_success: int | None = None
+    """The chronon of the feed's last successful probe: new entries found later changed after it."""
 
     @classmethod
     def of(cls, feed: Feed) -> FeedSlot:

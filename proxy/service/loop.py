@@ -9,13 +9,16 @@ Per chronon ``t`` (design.md, "The data flow of one chronon"):
 3. ``engine.select(C_t, policy, exclude=…)`` where excluded are feeds with a
    probe in flight or still being persisted, disabled feeds, feeds told to wait
    (``Retry-After``, cache hints, error back-off) and resources without a feed;
+   the budget it leaves goes to background probes of feeds whose updates rules
+   wait for (``proxy.core.discovery``: most feeds never ping);
 4. each selected feed: ``engine.begin_probe``, then a task fetches it. The loop
    does not wait for it: the next chronon's decision happens on time.
 
 When a probe ends its task runs, without awaiting in between (the engine and
 the evaluator are not thread-safe and must see one consistent order):
 ``evaluator.on_probe`` (before the capture, so a trigger CEI gets its query EIs
-first), ``engine.complete_probe(success=…)``, the events, and submits the
+first; new entries after the feed's previous successful probe are an update
+for its ``on: update`` and watch rules, pinged or not), ``engine.complete_probe(success=…)``, the events, and submits the
 steps, among them ONE ``record_probe`` transaction (probe, new entries,
 captures, CEI resolutions, feed health). A probe counts for the chronon it
 started in. Only a successful probe captures: a 200 (parsed) or a 304 Not
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from proxy.core.discovery import background_probes
 from proxy.core.engine import CeiState
 from proxy.core.policies import Policy
 from proxy.errors import StorageError
@@ -131,6 +135,9 @@ class ChrononLoop:
         exclude = rt.feeds.blocked(rt.engine.resources, now) | self._busy
         budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
+        spare = budget - len(chosen)
+        background = self._background(spare, t, exclude | set(chosen)) if spare > 0 else []
+        chosen += background
         if chosen:  # the decision itself, for `proxy demo` and debugging (debug: one line a chronon)
             log.debug("selected", chronon=t, budget=budget,
                       feeds=[rt.feeds.by_resource[r].id for r in chosen])
@@ -151,6 +158,7 @@ class ChrononLoop:
         m.budget.set(self.budget)
         m.budget_used.set(len(chosen))
         m.budget_used_total.inc(len(chosen))
+        m.background_total.inc(len(background))
         m.budget_offered_total.inc(self.budget)
         counts = rt.engine.counts()
         for state, n in counts.items():
@@ -161,6 +169,26 @@ class ChrononLoop:
         self.last_tick = time.monotonic()
         self.ticks += 1
         return chosen
+
+    def _background(self, spare: int, t: int, exclude: set[int]) -> list[int]:
+        """Spare budget to the feeds rules watch for updates (``proxy.core.discovery``).
+
+        ``exclude``: blocked feeds, probes in flight and the engine's own picks.
+        """
+        rt = self.runtime
+        resources: list[int] = []
+        last: list[int | None] = []
+        rate: list[float] = []
+        weight: list[float] = []
+        for r, waiting in rt.evaluator.update_watchers().items():
+            slot = rt.feeds.by_resource.get(r)
+            if slot is None or r in exclude:
+                continue
+            resources.append(r)
+            last.append(slot.last_success)
+            rate.append(1.0 / rt.evaluator.updates.mean_interval(r))
+            weight.append(float(waiting))
+        return background_probes(spare, t, resources, last, rate, weight)
 
     async def stop(self) -> None:
         """Cancel the probes in flight (their results are lost; the feeds are probed again later)."""
@@ -214,7 +242,10 @@ class ChrononLoop:
         success = isinstance(result, Ok | NotModified) and not known_failed
         # The rules engineer's order: on_probe first, so a trigger CEI gets its query
         # EIs before the capture could complete it at rank 1.
-        steps = rt.apply(rt.evaluator.on_probe(r, started, success, new))
+        steps = rt.apply(rt.evaluator.on_probe(
+            r, started, success, new, previous_success=slot.last_success))
+        if success:
+            slot.last_success = started
         steps += rt.drain_all()
         rt.engine.complete_probe(r, started, success=success)
         direct, follow = rt.drain()

@@ -33,6 +33,9 @@ class ServiceMetrics:
             "proxy_budget_used", "Probes started in the last completed chronon.", registry=r)
         self.budget_used_total = Counter(
             "proxy_budget_used_probes", "Probes started, over all chronons.", registry=r)
+        self.background_total = Counter(
+            "proxy_background_probes",
+            "Probes started with budget no EI needed, to find updates of watched feeds.", registry=r)
         self.budget_offered_total = Counter(
             "proxy_budget_offered_probes", "Budget offered, summed over chronons.", registry=r)
         self.ceis = Gauge("proxy_ceis", "CEIs by state.", ["state"], registry=r)

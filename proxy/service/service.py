@@ -28,7 +28,7 @@ import structlog
 
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StorageError
-from proxy.feeds import Fetcher, FetcherSettings, ProbePool, Prober
+from proxy.feeds import Fetcher, FetcherSettings, NotModified, Ok, ProbePool, Prober
 from proxy.rules import ProfileSpec, TriggerEvaluator
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
@@ -39,6 +39,9 @@ from proxy.settings import Settings
 from proxy.store import Feed, Profile, RuleInput, Store, upgrade_database
 
 log = structlog.get_logger("proxy.service")
+
+# Probe outcomes that saw the feed's state (a 304 confirms the copy held is current).
+SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
 
 ORIGIN_KEY = "chronon_origin"
 
@@ -172,7 +175,11 @@ class ProxyService:
         runtime = self._runtime = Runtime(clock)
         self._writer = writer = Writer(store, self.metrics)
         for feed in await store.list_feeds():
-            runtime.feeds.put(feed)
+            slot = runtime.feeds.put(feed)
+            if feed.last_outcome in SUCCESS_OUTCOMES and feed.last_probe_at is not None:
+                # When the last probe before the restart succeeded, it bounds the next change
+                # from below (the chronon it finished in: at most the one it counted for).
+                slot.last_success = clock.chronon_at(feed.last_probe_at)
         pending = await store.pending_ceis_with_eis()
         for cei in pending:
             writer.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
