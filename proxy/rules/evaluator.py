@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -518,18 +518,24 @@ class TriggerEvaluator:
                     ops.append(SealCei(cei_id))
         return ops
 
-    def on_notification(self, resource: int, t: int) -> list[Op]:
+    def on_notification(
+        self, resource: int, t: int, profiles: Container[str] | None = None
+    ) -> list[Op]:
         """An update notification (ping) for ``resource`` arrived during chronon ``t``.
 
         Opens a CEI ``[t, t + slack]`` for each ``on: update|ping`` trigger of the
         feed (at most one per rule and chronon: hubs repeat pings), and advances
         watch rules (AuctionWatch: see the module docstring). Also an update
-        observation for the :class:`UpdateModel`.
+        observation for the :class:`UpdateModel`. ``profiles`` limits the rules
+        reached to those of these profiles (issue 22: a user's ping token opens
+        CEIs for that user's rules only); ``None`` reaches every profile.
         """
         self.updates.observe(resource, t)
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
+            if profiles is not None and rule.profile_id not in profiles:
+                continue
             if isinstance(rule, _TriggerRule):
                 state = self._trigger_state[rule_id]
                 if rule.mode == "notify" and rule.period.active(t) and state.last_open != t:
