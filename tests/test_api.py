@@ -182,9 +182,15 @@ async def test_feed_registration_and_deletion(api: Api) -> None:
     r = await api.client.post("/api/v1/feeds", json={"url": "http://127.0.0.1:9/x.xml"}, headers=api.h())
     assert r.status_code == 201
     feed = r.json()
-    again = await api.client.post("/api/v1/feeds", json={"url": "HTTP://127.0.0.1:9/x.xml"},
-                                  headers=api.h("bob"))
-    assert again.status_code == 200 and again.json()["id"] == feed["id"]
+    # Bob's registration of the same feed is new to him (201, not a hint that Alice has it);
+    # Alice registering it again finds her own (200).
+    bobs = await api.client.post("/api/v1/feeds", json={"url": "HTTP://127.0.0.1:9/x.xml"},
+                                 headers=api.h("bob"))
+    assert bobs.status_code == 201 and bobs.json()["id"] == feed["id"]
+    assert bobs.json()["url"] == "HTTP://127.0.0.1:9/x.xml"
+    again = await api.client.post("/api/v1/feeds", json={"url": "http://127.0.0.1:9/x.xml"},
+                                  headers=api.h())
+    assert again.status_code == 200 and again.json() == feed
     got = (await api.client.get(f"/api/v1/feeds/{feed['id']}", headers=api.h())).json()
     assert got["ping_token"] == feed["ping_token"] and got["consecutive_errors"] == 0
     for bad in ({"url": "ftp://example.org/feed"}, {"url": ""}, {}):
@@ -198,7 +204,12 @@ async def test_feed_registration_and_deletion(api: Api) -> None:
     await api.client.delete(f"/api/v1/profiles/{pid}", headers=api.h())
     assert (await api.client.delete(f"/api/v1/feeds/{mish}", headers=api.h())).status_code == 204
     assert (await api.client.get(f"/api/v1/feeds/{mish}", headers=api.h())).status_code == 404
+    # Bob's registration keeps the shared feed; his deletion, the last one, removes it.
+    assert (await api.client.get(f"/api/v1/feeds/{mish}", headers=api.h("bob"))).status_code == 200
+    assert mish in api.service.runtime.feeds.by_id
+    assert (await api.client.delete(f"/api/v1/feeds/{mish}", headers=api.h("bob"))).status_code == 204
     assert mish not in api.service.runtime.feeds.by_id
+    assert [f.id for f in await api.service.store.list_feeds()] == [cnn, money]
 
 
 async def test_private_addresses_are_refused_unless_allowed(sqlite_url: str) -> None:

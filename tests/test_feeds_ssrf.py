@@ -14,6 +14,7 @@ from proxy.feeds.ssrf import (
     check_url_syntax,
     literal_address,
     normalise_url,
+    redact_url,
 )
 
 STRICT = AddressPolicy()
@@ -155,6 +156,29 @@ def test_check_url_syntax_returns_host_and_default_port() -> None:
 def test_normalise_url(url: str, expected: str) -> None:
     assert normalise_url(url) == expected
     assert normalise_url(expected) == expected  # idempotent
+
+
+def test_normalise_url_keeps_the_secrets_that_make_fetches_differ() -> None:
+    # Issue 22: two users' URLs differing only in a secret are two feeds, never one.
+    assert normalise_url("http://h/f?secret=a") != normalise_url("http://h/f?secret=b")
+    assert normalise_url("http://a:1@h/f") != normalise_url("http://a:2@h/f")
+    assert normalise_url("http://a:1@h/f") != normalise_url("http://h/f")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://host.example/feed.xml?secret=alice-private-token", "http://host.example/feed.xml?…"),
+        ("https://user:pw@Host.example:8443/a/b?x=1#frag", "https://host.example:8443/a/b?…"),
+        ("https://token@host.example/f", "https://host.example/f"),
+        ("http://host.example/f?", "http://host.example/f"),
+        ("http://[::1]:9/f?a=1", "http://[::1]:9/f?…"),
+        ("http://host.example", "http://host.example"),
+        ("http://host.example:x/?s=1", "<unparsable URL>"),
+    ],
+)
+def test_redact_url_drops_credentials_and_query(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
 
 
 @pytest.mark.parametrize("url", ["", "example.com/feed", "http://", "http://example.com:x/"])

@@ -115,3 +115,84 @@ def test_migrations_dir_defaults_to_the_repository_and_can_be_overridden(
 async def test_unreachable_database_fails_with_storage_error() -> None:
     with pytest.raises(StorageError, match="migration"):
         await upgrade_database("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+
+
+async def _execute(url: str, *statements: tuple[str, dict[str, object]]) -> None:
+    engine = make_engine(url, poolclass=pool.NullPool)
+    try:
+        async with engine.begin() as conn:
+            for sql, params in statements:
+                await conn.execute(text(sql), params)
+    finally:
+        await engine.dispose()
+
+
+async def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
+    engine = make_engine(url, poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as conn:
+            return [tuple(row) for row in (await conn.execute(text(sql))).all()]
+    finally:
+        await engine.dispose()
+
+
+async def test_0002_back_fills_registrations_for_the_users_whose_rules_read_each_feed(
+    empty_url: str,
+) -> None:
+    """Data written at revision 0001: feed 1 read by Alice and Bob, feed 2 by Alice only,
+    feed 3 by nobody, feed 4 deleted (its id must not come back)."""
+    import datetime as dt
+
+    from proxy.store import Store
+
+    await upgrade_database(empty_url, "0001")
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    feed = (
+        "INSERT INTO feeds (id, url, url_normalised, resource, ping_token, consecutive_errors,"
+        " disabled, created_at) VALUES (:id, :url, :norm, :res, :token, 0, false, :t)"
+    )
+    await _execute(
+        empty_url,
+        ("INSERT INTO users (id, name, created_at) VALUES (1, 'alice', :t), (2, 'bob', :t),"
+         " (3, 'carol', :t)", {"t": t0}),
+        *((feed, {"id": i, "url": f"http://h/{i}?secret=s{i}", "norm": f"http://h/{i}?secret=s{i}",
+                 "res": i, "token": f"token-{i}", "t": t0})
+          for i in (1, 2, 3, 4)),
+        ("DELETE FROM feeds WHERE id = 4", {}),
+        ("INSERT INTO profiles (id, user_id, name, created_at, updated_at) VALUES"
+         " (1, 1, 'a', :t, :t), (2, 2, 'b', :t, :t), (3, 1, 'a2', :t, :t)", {"t": t0}),
+        ("INSERT INTO rules (id, profile_id, name, position, spec) VALUES"
+         " (1, 1, 'r', 0, '{}'), (2, 1, 'r2', 1, '{}'), (3, 2, 'r', 0, '{}'), (4, 3, 'r', 0, '{}')", {}),
+        ("INSERT INTO rule_feeds (rule_id, feed_id) VALUES (1, 1), (2, 2), (3, 1), (4, 1)", {}),
+    )
+    if empty_url.startswith("postgresql"):  # explicit ids leave the sequence behind; 0001 code did not
+        await _execute(empty_url, ("SELECT setval('feeds_id_seq', 4)", {}))
+
+    await upgrade_database(empty_url)
+    assert await _rows(
+        empty_url, "SELECT user_id, feed_id, url, ping_token FROM feed_registrations ORDER BY id"
+    ) == [
+        (1, 1, "http://h/1?secret=s1", "token-1"),
+        (2, 1, "http://h/1?secret=s1", "token-1"),
+        (1, 2, "http://h/2?secret=s2", "token-2"),
+    ]
+    assert await _schema_diff(empty_url) == []
+
+    async with Store.from_url(empty_url) as store:
+        # Old tokens keep working, for the users who had the feed, until each rotates.
+        assert await store.ping_users(1, "token-1") == [1, 2]
+        await store.rotate_ping_token(2, 1)
+        assert await store.ping_users(1, "token-1") == [1]
+        assert [r.feed.id for r in await store.list_registered_feeds(1)] == [1, 2]
+        assert await store.list_registered_feeds(3) == []
+        # The rules keep reading their feeds under the new scoping.
+        assert [r.feed_ids for r in (await store.get_profile(1, 1)).rules] == [(1,), (2,)]
+        # Feed 3 had no reader, hence no owner: the service's start-up collects it.
+        assert await store.collect_unregistered_feeds() == [3]
+        new, _ = await store.register_feed_for(3, "http://h/new")
+        assert new.feed.id == 5, "a deleted feed's id is never handed out again"
+
+    await downgrade_database(empty_url, "0001")
+    assert await _rows(empty_url, "SELECT id, ping_token FROM feeds WHERE id < 5 ORDER BY id") == [
+        (1, "token-1"), (2, "token-2")]
+    assert await _tables(empty_url) >= {"feeds"} and "feed_registrations" not in await _tables(empty_url)

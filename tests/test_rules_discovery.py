@@ -136,3 +136,20 @@ def test_watch_rule_over_two_feeds_that_never_ping_is_captured_by_probes() -> No
         CeiState.CAPTURED,
     ]
     assert px.engine.pending_ceis == 0
+
+
+def test_a_ping_for_one_user_leaves_the_others_to_the_probe() -> None:
+    """Issue 22 meets issue 18: a ping reaches only its token owner's rules; the probe tells the rest."""
+    ev = TriggerEvaluator(GRID)
+    for who in ("alice", "bob"):
+        ev.add_profile(who, ProfileSpec.model_validate({"name": who, "rules": [ON_UPDATE]}), FEEDS)
+    assert ev.on_notification(MISH, 11, profiles={"alice"}) == [
+        OpenCei("alice/0:0", "alice", "alice/0", ((MISH, 11, 14),), sealed=False),
+    ]
+    ops = ev.on_probe(MISH, 12, True, [Entry(title="oil", published=at(10.5))], previous_success=8)
+    assert ops == [
+        OpenCei("bob/0:0", "bob", "bob/0", ((MISH, 10, 13),), sealed=False),  # Bob learns from the probe
+        RevealEi("alice/0:0", CNN, 12, 22, seal=True),
+        RevealEi("bob/0:0", CNN, 12, 22, seal=True),
+    ]
+    assert ev.updates.snapshot([MISH]) == {str(MISH): [11, -1.0]}  # one update for the model

@@ -23,7 +23,8 @@ NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 
 async def _setup(store: Store) -> tuple[int, list[int], int, int]:
     user, _ = await store.create_user("u")
-    feeds = [(await store.register_feed(f"http://127.0.0.1:9/{i}.xml"))[0].id for i in range(2)]
+    feeds = [(await store.register_feed_for(user, f"http://127.0.0.1:9/{i}.xml"))[0].feed.id
+             for i in range(2)]
     profile = await store.create_profile(user, "p", [RuleInput("r", {"x": 1}, tuple(feeds))])
     return user, feeds, profile.id, profile.rules[0].id
 

@@ -18,7 +18,7 @@ MISH, CNN, MONEY = 11, 12, 13  # store feed ids; resources 0, 1, 2
 
 def _feed(feed_id: int, resource: int) -> Feed:
     return Feed(id=feed_id, url=f"http://f/{feed_id}", url_normalised=f"http://f/{feed_id}",
-                resource=resource, ping_token="t", etag=None, last_modified=None, last_probe_at=None,
+                resource=resource, etag=None, last_modified=None, last_probe_at=None,
                 last_outcome=None, consecutive_errors=0, next_allowed_at=None, disabled=False,
                 disabled_reason=None, created_at=T0)
 

@@ -18,6 +18,7 @@ from proxy.errors import (
 from proxy.store import (
     CaptureInput,
     CeiStateChange,
+    Feed,
     FeedUpdate,
     NewEi,
     NewEntry,
@@ -31,6 +32,11 @@ T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 
 def at(seconds: float) -> dt.datetime:
     return T0 + dt.timedelta(seconds=seconds)
+
+
+async def _registered(store: Store, user_id: int, url: str) -> Feed:
+    """The shared feed of ``url``, registered for ``user_id`` (profiles may read only those)."""
+    return (await store.register_feed_for(user_id, url))[0].feed
 
 
 # --- users and keys ------------------------------------------------------------------
@@ -103,7 +109,6 @@ async def test_register_feed_dedupes_by_normalised_url_and_allocates_dense_resou
     assert [a.resource, c.resource] == [0, 1]
     assert await store.resource_count() == 2
     assert (await store.feed_by_resource(1)).id == c.id
-    assert a.ping_token != c.ping_token
 
 
 async def test_concurrent_registrations_of_one_url_yield_one_feed(store: Store) -> None:
@@ -139,11 +144,114 @@ async def test_unknown_feed_and_resource_are_not_found(store: Store) -> None:
         await store.delete_feed(999)
 
 
-async def test_ping_token_verification(store: Store) -> None:
-    feed, _ = await store.register_feed("http://example.com/f")
-    assert await store.verify_ping_token(feed.id, feed.ping_token)
-    assert not await store.verify_ping_token(feed.id, "wrong")
-    assert not await store.verify_ping_token(feed.id + 1, feed.ping_token)
+async def test_registrations_are_per_user_over_one_shared_feed(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    ra, created_a = await store.register_feed_for(alice, "http://example.com/f?secret=a")
+    rb, created_b = await store.register_feed_for(bob, "HTTP://Example.com/f?secret=a")
+    again, created_again = await store.register_feed_for(alice, "http://example.com/f?secret=a")
+    # Same normalised URL: one shared feed, two registrations, each "created" for its user.
+    assert (created_a, created_b, created_again) == (True, True, False)
+    assert ra.feed.id == rb.feed.id and again.registration == ra.registration
+    assert ra.registration.id != rb.registration.id
+    assert (ra.registration.url, rb.registration.url) == (
+        "http://example.com/f?secret=a", "HTTP://Example.com/f?secret=a")
+    assert ra.registration.ping_token != rb.registration.ping_token
+    # A URL differing only in its secret is another fetch, so another feed.
+    other, _ = await store.register_feed_for(bob, "http://example.com/f?secret=b")
+    assert other.feed.id != ra.feed.id and other.feed.resource != ra.feed.resource
+    assert [f.id for f in await store.list_feeds()] == [ra.feed.id, other.feed.id]
+
+    assert [r.registration.url for r in await store.list_registered_feeds(alice)] == [
+        "http://example.com/f?secret=a"]
+    assert [r.feed.id for r in await store.list_registered_feeds(bob)] == [ra.feed.id, other.feed.id]
+    assert (await store.get_registered_feed(bob, other.feed.id)).registration.user_id == bob
+    with pytest.raises(FeedNotFoundError):
+        await store.get_registered_feed(alice, other.feed.id)
+    assert await store.registered_feed_ids(alice) == {ra.feed.id}
+    with pytest.raises(NotFoundError):
+        await store.register_feed_for(4242, "http://example.com/f")
+
+
+async def test_ping_tokens_belong_to_registrations_and_rotate(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    ra, _ = await store.register_feed_for(alice, "http://example.com/f")
+    rb, _ = await store.register_feed_for(bob, "http://example.com/f")
+    feed_id, old = ra.feed.id, ra.registration.ping_token
+    assert await store.ping_users(feed_id, old) == [alice]
+    assert await store.ping_users(feed_id, rb.registration.ping_token) == [bob]
+    assert await store.ping_users(feed_id, "wrong") == []
+    assert await store.ping_users(feed_id, "") == []
+    assert await store.ping_users(feed_id + 1, old) == []
+    rotated = await store.rotate_ping_token(alice, feed_id)
+    assert rotated.ping_token not in (old, rb.registration.ping_token)
+    assert await store.ping_users(feed_id, old) == []
+    assert await store.ping_users(feed_id, rotated.ping_token) == [alice]
+    assert (await store.get_registered_feed(alice, feed_id)).registration.ping_token == rotated.ping_token
+    assert await store.ping_users(feed_id, rb.registration.ping_token) == [bob]
+    with pytest.raises(FeedNotFoundError):
+        await store.rotate_ping_token(alice, feed_id + 1)
+
+
+async def test_deleting_registrations_keeps_the_feed_until_the_last_one(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    ra, _ = await store.register_feed_for(alice, "http://example.com/f")
+    await store.register_feed_for(bob, "http://example.com/f")
+    feed_id = ra.feed.id
+    await store.record_probe(ProbeInput(feed_id, at(0), "ok"), [NewEntry("a")])
+    assert await store.delete_registration(alice, feed_id) is False
+    with pytest.raises(FeedNotFoundError):
+        await store.delete_registration(alice, feed_id)
+    with pytest.raises(FeedNotFoundError):
+        await store.get_registered_feed(alice, feed_id)
+    (bobs,) = await store.list_registered_feeds(bob)
+    assert (bobs.probes, bobs.entries) == (1, 1), "the shared history stays with Bob"
+    assert await store.delete_registration(bob, feed_id) is True
+    with pytest.raises(FeedNotFoundError):
+        await store.get_feed(feed_id)
+    assert await store.list_probes(feed_id) == []
+
+
+async def test_deleting_a_registration_names_only_your_own_profiles(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    feed = await _registered(store, alice, "http://example.com/f")
+    await _registered(store, bob, "http://example.com/f")
+    mine = await store.create_profile(alice, "alice news", [RuleInput("r", {}, (feed.id,))])
+    await store.create_profile(bob, "bob secrets", [RuleInput("r", {}, (feed.id,))])
+    with pytest.raises(ConflictError) as conflict:
+        await store.delete_registration(alice, feed.id)
+    assert "alice news" in str(conflict.value) and "bob" not in str(conflict.value)
+    assert (await store.get_registered_feed(alice, feed.id)).feed.id == feed.id, "rolled back"
+    (health,) = await store.list_registered_feeds(alice)
+    assert health.profiles == 1, "only Alice's profiles are counted for Alice"
+    await store.delete_profile(alice, mine.id)
+    assert await store.delete_registration(alice, feed.id) is False  # Bob still reads it
+    assert (await store.get_feed(feed.id)).id == feed.id
+
+
+async def test_profiles_may_read_only_their_owners_feeds(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    feed = await _registered(store, alice, "http://example.com/f?secret=a")
+    with pytest.raises(FeedNotFoundError, match=str(feed.id)):
+        await store.create_profile(bob, "p", [RuleInput("r", {}, (feed.id,))])
+    profile = await store.create_profile(bob, "p", [])
+    with pytest.raises(FeedNotFoundError, match=str(feed.id)):
+        await store.replace_profile(bob, profile.id, "p", [RuleInput("r", {}, (feed.id,))])
+    assert (await store.get_profile(bob, profile.id)).rules == ()
+
+
+async def test_collect_unregistered_feeds_deletes_only_feeds_nobody_needs(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    orphan, _ = await store.register_feed("http://example.com/orphan")
+    kept = await _registered(store, alice, "http://example.com/kept")
+    await store.record_probe(ProbeInput(orphan.id, at(0), "ok"), [NewEntry("a")])
+    assert await store.collect_unregistered_feeds() == [orphan.id]
+    assert [f.id for f in await store.list_feeds()] == [kept.id]
+    assert await store.collect_unregistered_feeds() == []
 
 
 async def test_update_feed_after_probe_tracks_validators_errors_redirects_and_gone(
@@ -199,7 +307,7 @@ async def test_naive_datetimes_are_refused(store: Store) -> None:
 
 async def test_delete_feed_refuses_while_rules_read_it_and_names_the_profiles(store: Store) -> None:
     user_id, _ = await store.create_user("alice")
-    feed, _ = await store.register_feed("http://example.com/f")
+    feed = await _registered(store, user_id, "http://example.com/f")
     profile = await store.create_profile(
         user_id, "oil news", [RuleInput("r", {"k": 1}, (feed.id,))]
     )
@@ -213,8 +321,8 @@ async def test_delete_feed_refuses_while_rules_read_it_and_names_the_profiles(st
 
 async def test_list_feeds_with_health_counts(store: Store) -> None:
     user_id, _ = await store.create_user("alice")
-    f1, _ = await store.register_feed("http://example.com/1")
-    f2, _ = await store.register_feed("http://example.com/2")
+    f1 = await _registered(store, user_id, "http://example.com/1")
+    f2 = await _registered(store, user_id, "http://example.com/2")
     await store.create_profile(user_id, "p1", [RuleInput("r", {}, (f1.id,))])
     await store.create_profile(user_id, "p2", [RuleInput("r", {}, (f1.id, f2.id))])
     await store.record_probe(ProbeInput(f1.id, at(0), "ok"), [NewEntry("a"), NewEntry("b")])
@@ -230,7 +338,7 @@ async def test_list_feeds_with_health_counts(store: Store) -> None:
 async def test_profiles_are_scoped_to_their_user(store: Store) -> None:
     alice, _ = await store.create_user("alice")
     bob, _ = await store.create_user("bob")
-    feed, _ = await store.register_feed("http://example.com/f")
+    feed = await _registered(store, alice, "http://example.com/f")
     profile = await store.create_profile(
         alice,
         "p",
@@ -299,7 +407,7 @@ async def test_replace_profile_keeps_state_of_unchanged_rules_only(store: Store)
 
 async def _profile_with_feeds(store: Store, n_feeds: int = 2) -> tuple[int, int, list[int]]:
     user_id, _ = await store.create_user("alice")
-    feeds = [(await store.register_feed(f"http://example.com/{i}"))[0].id for i in range(n_feeds)]
+    feeds = [(await _registered(store, user_id, f"http://example.com/{i}")).id for i in range(n_feeds)]
     profile = await store.create_profile(user_id, "p", [RuleInput("r", {}, tuple(feeds))])
     return user_id, profile.id, feeds
 
@@ -458,7 +566,7 @@ async def _batch_scenario(store: Store, tag: str, *, batched: bool) -> dict[str,
     one ``record_probe`` at a time, they must leave the same database and the same records."""
     user_id, _ = await store.create_user(f"user-{tag}")
     f0, f1, f2 = [
-        (await store.register_feed(f"http://example.com/{tag}/{i}"))[0].id for i in range(3)
+        (await _registered(store, user_id, f"http://example.com/{tag}/{i}")).id for i in range(3)
     ]
     profile = await store.create_profile(user_id, "p", [RuleInput("r", {}, (f0, f1, f2))])
     c1 = await store.add_cei("c1" + tag, profile.id, 0, [NewEi(0, f0, 0, 9), NewEi(1, f1, 0, 9)])

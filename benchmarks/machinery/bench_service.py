@@ -67,8 +67,8 @@ async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int, e
 
         async def feed(i: int) -> int:
             async with sem:
-                f, _ = await store.register_feed(f"{farm_url}/feeds/{i}.xml")
-                return f.id
+                f, _ = await store.register_feed_for(user_id, f"{farm_url}/feeds/{i}.xml")
+                return f.feed.id
 
         ids = list(await asyncio.gather(*(feed(i) for i in range(feeds))))
         print(f"  {feeds} feeds registered in {time.perf_counter() - t0:.1f} s", flush=True)

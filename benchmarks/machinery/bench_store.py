@@ -67,7 +67,10 @@ async def bench_backend(url: str, args: argparse.Namespace) -> dict[str, str]:
     rows: dict[str, str] = {}
     async with Store.from_url(url) as store:
         user_id, _ = await store.create_user("bench")
-        feeds = [(await store.register_feed(f"http://bench.example/{i}"))[0].id for i in range(10)]
+        feeds = [
+            (await store.register_feed_for(user_id, f"http://bench.example/{i}"))[0].feed.id
+            for i in range(10)
+        ]
         profile = await store.create_profile(user_id, "p", [RuleInput("r", {}, tuple(feeds))])
 
         # A long history on feed 0, written in big probes (not timed).

@@ -1,4 +1,10 @@
-"""``/api/v1/feeds``: register, list with health, get, delete, ping."""
+"""``/api/v1/feeds``: register, list with health, get, delete, ping, rotate the ping token.
+
+Every route with an API key sees only the caller's own registrations: another user's
+feed answers 404 exactly like a missing one (issue 22). ``{feed_id}`` is the shared
+feed's id, so rule specs and EIs name feeds the same way for everyone; the URL and the
+ping token in a response are the caller's own.
+"""
 
 from __future__ import annotations
 
@@ -7,36 +13,42 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 
 from proxy.api.deps import Service, UserId
-from proxy.api.schemas import FeedIn, FeedOut, PingOut
+from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut
 
 router = APIRouter(prefix="/api/v1/feeds", tags=["feeds"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedOut)
-async def register_feed(body: FeedIn, service: Service, _user: UserId, response: Response) -> FeedOut:
-    """Register a feed URL; a URL already known answers 200 with the existing feed."""
-    feed, created = await service.register_feed(body.url)
+async def register_feed(body: FeedIn, service: Service, user: UserId, response: Response) -> FeedOut:
+    """Register a feed URL; a URL you already registered answers 200 with your registration."""
+    registered, created = await service.register_feed(user, body.url)
     if not created:
         response.status_code = status.HTTP_200_OK
-    return FeedOut.of(feed)
+    return FeedOut.of(registered)
 
 
 @router.get("", response_model=list[FeedOut])
-async def list_feeds(service: Service, _user: UserId) -> list[FeedOut]:
-    """Every feed with its health: last probe, outcome, consecutive errors, next allowed time."""
-    return [FeedOut.of(h.feed, h) for h in await service.store.list_feeds_with_health()]
+async def list_feeds(service: Service, user: UserId) -> list[FeedOut]:
+    """Your feeds with their health: last probe, outcome, consecutive errors, next allowed time."""
+    return [FeedOut.of(r) for r in await service.store.list_registered_feeds(user)]
 
 
 @router.get("/{feed_id}", response_model=FeedOut)
-async def get_feed(feed_id: int, service: Service, _user: UserId) -> FeedOut:
-    return FeedOut.of(await service.store.get_feed(feed_id))
+async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
+    return FeedOut.of(await service.store.get_registered_feed(user, feed_id))
 
 
 @router.delete("/{feed_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_feed(feed_id: int, service: Service, _user: UserId) -> Response:
-    """Delete a feed; 409 while a profile's rules read it."""
-    await service.delete_feed(feed_id)
+async def delete_feed(feed_id: int, service: Service, user: UserId) -> Response:
+    """Delete your registration; 409 while your profiles' rules read the feed."""
+    await service.delete_feed(user, feed_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{feed_id}/ping-token", response_model=PingTokenOut)
+async def rotate_ping_token(feed_id: int, service: Service, user: UserId) -> PingTokenOut:
+    """A new ping token for your registration; the old one stops working at once."""
+    return PingTokenOut(ping_token=(await service.rotate_ping_token(user, feed_id)).ping_token)
 
 
 @router.post("/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut)
@@ -44,11 +56,12 @@ async def ping_feed(
     feed_id: int,
     service: Service,
     x_ping_token: Annotated[str | None, Header()] = None,
-    token: Annotated[str | None, Query(description="The feed's ping token (or header X-Ping-Token).")] = None,
+    token: Annotated[str | None, Query(description="Your ping token for the feed (or header X-Ping-Token).")] = None,
 ) -> PingOut:
-    """An update notification, authenticated by the feed's own token (no API key needed).
+    """An update notification, authenticated by a registration's ping token (no API key needed).
 
-    The proxy still fetches the feed: the ping only opens or grows CEIs.
+    Only the rules of the user whose token it is hear it. The proxy still fetches the
+    feed: the ping only opens or grows CEIs.
     """
     ops = await service.ping(feed_id, x_ping_token or token or "")
     return PingOut(operations=ops)

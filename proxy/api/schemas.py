@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from proxy.store import CapturedEntry, Cei, Ei, Feed, FeedHealth, MetricsSummary, Profile
+from proxy.store import CapturedEntry, Cei, Ei, MetricsSummary, Profile, RegisteredFeed
 
 
 class FeedIn(BaseModel):
@@ -19,7 +19,9 @@ class FeedIn(BaseModel):
 
 
 class FeedOut(BaseModel):
-    """A feed with its health; ``ping_token`` authenticates update notifications for it."""
+    """One of your feeds: your registration (the URL as you gave it, your ping token, when you
+    registered it) over the feed's shared health. ``id`` is the feed's id; ``profiles``
+    counts only your profiles."""
 
     id: int
     url: str
@@ -36,22 +38,31 @@ class FeedOut(BaseModel):
     profiles: int | None = None
 
     @classmethod
-    def of(cls, feed: Feed, health: FeedHealth | None = None) -> FeedOut:
+    def of(cls, registered: RegisteredFeed) -> FeedOut:
+        # Built field by field from the registration, never from ``feed.url``: the shared
+        # feed's URL is the first registrant's and may hold their secret (issue 22).
+        feed, mine = registered.feed, registered.registration
         return cls(
             id=feed.id,
-            url=feed.url,
-            ping_token=feed.ping_token,
+            url=mine.url,
+            ping_token=mine.ping_token,
             last_probe_at=feed.last_probe_at,
             last_outcome=feed.last_outcome,
             consecutive_errors=feed.consecutive_errors,
             next_allowed_at=feed.next_allowed_at,
             disabled=feed.disabled,
             disabled_reason=feed.disabled_reason,
-            created_at=feed.created_at,
-            probes=None if health is None else health.probes,
-            entries=None if health is None else health.entries,
-            profiles=None if health is None else health.profiles,
+            created_at=mine.created_at,
+            probes=registered.probes,
+            entries=registered.entries,
+            profiles=registered.profiles,
         )
+
+
+class PingTokenOut(BaseModel):
+    """Your new ping token for the feed; the previous one no longer works."""
+
+    ping_token: str
 
 
 class PingOut(BaseModel):

@@ -36,6 +36,7 @@ from proxy.feeds.ssrf import (
     HostResolver,
     SystemResolver,
     normalise_url,
+    redact_url,
 )
 
 __all__ = [
@@ -70,5 +71,6 @@ __all__ = [
     "entry_identity",
     "normalise_url",
     "parse_document",
+    "redact_url",
     "split_new",
 ]

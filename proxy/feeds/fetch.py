@@ -80,6 +80,7 @@ from proxy.feeds.ssrf import (
     SystemResolver,
     check_url_syntax,
     literal_address,
+    redact_url,
 )
 
 __all__ = [
@@ -371,7 +372,7 @@ class Fetcher:
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # a bug must not take the scheduler loop down with it
-            log.exception("unexpected error probing %s", state.url)
+            log.exception("unexpected error probing %s", redact_url(state.url))
             return self._error(NetworkError, state, now, started, reason=f"internal error: {exc!r}")
 
     def _error(

@@ -63,7 +63,7 @@ from proxy.feeds.results import (
     Ok,
     ProbeResult,
 )
-from proxy.feeds.ssrf import HostResolver, SystemResolver
+from proxy.feeds.ssrf import HostResolver, SystemResolver, redact_url
 
 __all__ = ["ProbePool"]
 
@@ -466,5 +466,5 @@ class ProbePool:
         try:
             return decode_result(encoded, known)
         except Exception as exc:  # e.g. the caller's KnownEntries failed, as in Fetcher.probe
-            log.exception("unexpected error finishing the probe of %s", state.url)
+            log.exception("unexpected error finishing the probe of %s", redact_url(state.url))
             return self._internal_error(state, started, now, repr(exc))

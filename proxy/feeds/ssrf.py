@@ -47,6 +47,7 @@ __all__ = [
     "check_url_syntax",
     "literal_address",
     "normalise_url",
+    "redact_url",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -287,3 +288,23 @@ def normalise_url(url: str) -> str:
         userinfo = parts.username + (f":{parts.password}" if parts.password else "")
         netloc = f"{userinfo}@{netloc}"
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def redact_url(url: str) -> str:
+    """A feed URL fit for logs and shared views: ``scheme://host[:port]/path``, with userinfo
+    and fragment dropped and a query replaced by ``?…``.
+
+    Issue 22: credentials and query strings are where feed URLs carry their secrets
+    (``?token=…``, ``user:pass@``), and they belong to the user who registered the URL.
+    Never raises: an unparsable URL becomes ``"<unparsable URL>"``.
+    """
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "…" if parts.query else "", ""))

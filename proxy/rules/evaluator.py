@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -231,6 +231,7 @@ class TriggerEvaluator:
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
         self._dirty: set[str] = set()
         self._last_ping: dict[int, int] = {}  # feed -> chronon of its last notification
+        self._pinged: dict[str, dict[int, int]] = {}  # rule -> feed -> chronon of its last ping
         self._watchers: dict[int, int] = {}  # feed -> rules that wait for its updates
         self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
         self._counter = 0
@@ -279,6 +280,7 @@ class TriggerEvaluator:
         for rule_id in ids:
             rule = self._rules.pop(rule_id)
             self._dirty.discard(rule_id)
+            self._pinged.pop(rule_id, None)
             self._unanchored.pop(rule_id, None)
             del self._order[rule_id]
             if isinstance(rule, _TriggerRule):
@@ -533,13 +535,15 @@ class TriggerEvaluator:
             return []
         ops: list[Op] = []
         if new_entries and previous_success is not None and previous_success < started_chronon:
+            a, b = previous_success, started_chronon
+            u = estimate_update_chronon((e.published for e in new_entries), a, b, self.clock)
             last_ping = self._last_ping.get(resource)
-            if last_ping is None or not previous_success < last_ping <= started_chronon:
-                u = estimate_update_chronon(
-                    (e.published for e in new_entries), previous_success, started_chronon, self.clock
-                )
-                self.updates.observe(resource, u)
-                ops.extend(self._on_update(resource, u))
+            if last_ping is None or not a < last_ping <= b:
+                self.updates.observe(resource, u)  # the model counts a pinged update once
+            for rule_id in self._by_resource.get(resource, ()):
+                pinged = self._pinged.get(rule_id, {}).get(resource)
+                if pinged is None or not a < pinged <= b:  # a ping already told this rule
+                    ops.extend(self._rule_update(rule_id, resource, u))
         prepared: list[_Prepared] | None = None
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
@@ -563,31 +567,39 @@ class TriggerEvaluator:
                     ops.append(SealCei(cei_id))
         return ops
 
-    def on_notification(self, resource: int, t: int) -> list[Op]:
+    def on_notification(
+        self, resource: int, t: int, profiles: Container[str] | None = None
+    ) -> list[Op]:
         """An update notification (ping) for ``resource`` arrived during chronon ``t``.
 
         Opens a CEI ``[t, t + slack]`` for each ``on: update|ping`` trigger of the
         feed (at most one per rule and chronon: hubs repeat pings), and advances
         watch rules (AuctionWatch: see the module docstring). Also an update
-        observation for the :class:`UpdateModel`. The probe that later finds
-        the announced entries confirms this update and does not count it again.
+        observation for the :class:`UpdateModel`. ``profiles`` limits the rules
+        reached to those of these profiles (issue 22: a user's ping token opens
+        CEIs for that user's rules only); ``None`` reaches every profile. The
+        probe that later finds the announced entries confirms the update for
+        the rules the ping reached and does not count it again for them; the
+        rules it did not reach learn of it from that probe.
         """
         self.updates.observe(resource, t)
         self._last_ping[resource] = t
-        return self._on_update(resource, t)
-
-    def _on_update(self, resource: int, t: int) -> list[Op]:
-        """``resource`` changed at chronon ``t`` (pinged, or found by a probe): the rules that wait for it."""
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
-            rule = self._rules[rule_id]
-            if isinstance(rule, _TriggerRule):
-                state = self._trigger_state[rule_id]
-                if rule.mode == "notify" and rule.period.active(t) and state.last_open != t:
-                    ops.append(self._open_trigger(rule, state, t, t + rule.slack))
-            else:
-                ops.extend(self._watch(rule, self._watch_state[rule_id], resource, t))
+            if profiles is None or self._rules[rule_id].profile_id in profiles:
+                self._pinged.setdefault(rule_id, {})[resource] = t
+                ops.extend(self._rule_update(rule_id, resource, t))
         return ops
+
+    def _rule_update(self, rule_id: str, resource: int, t: int) -> list[Op]:
+        """``resource`` changed at chronon ``t`` (pinged, or found by a probe): what ``rule_id`` does."""
+        rule = self._rules[rule_id]
+        if isinstance(rule, _TriggerRule):
+            state = self._trigger_state[rule_id]
+            if rule.mode == "notify" and rule.period.active(t) and state.last_open != t:
+                return [self._open_trigger(rule, state, t, t + rule.slack)]
+            return []
+        return self._watch(rule, self._watch_state[rule_id], resource, t)
 
     def observe_update(self, resource: int, t: int) -> None:
         """Tell the update model that ``resource`` changed at ``t`` (e.g. from a probe elsewhere)."""

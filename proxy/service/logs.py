@@ -12,6 +12,9 @@ import sys
 
 import structlog
 
+#: Database drivers whose DEBUG output carries SQL parameters (secrets): never below INFO.
+DRIVER_LOGGERS = ("aiosqlite", "asyncpg")
+
 
 def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     """JSON lines (``fmt="json"``, for collectors) or a readable console format, on stderr."""
@@ -31,3 +34,9 @@ def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    # aiosqlite's DEBUG lines echo every SQL statement with its parameters: feed URLs with
+    # their secrets, ping tokens, key hashes (issue 22). SQLAlchemy keeps its own loggers
+    # at WARNING unless asked; do the same for the driver, whatever PROXY_LOG_LEVEL says.
+    for name in DRIVER_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.INFO, logging.getLevelName(level)))
+

@@ -13,7 +13,7 @@ What it does not do: I/O of any kind (the loop fetches, the writer stores).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -47,13 +47,19 @@ def profile_spec(profile: Profile) -> ProfileSpec:
     )
 
 
-def check_feeds(spec: ProfileSpec, feeds: FeedTable) -> list[int]:
-    """The store ids of the feeds ``spec`` reads; :class:`UnknownFeedError` names the first unknown one."""
+def check_feeds(
+    spec: ProfileSpec, feeds: FeedTable, allowed: Container[int] | None = None
+) -> list[int]:
+    """The store ids of the feeds ``spec`` reads; :class:`UnknownFeedError` names the first
+    unknown one. With ``allowed`` (the feeds the profile's owner registered), a feed outside
+    it is unknown too, with the same message: ids of other users' feeds must not leak."""
     out: dict[int, None] = {}
 
     def need(feed: str, loc: str) -> None:
         try:
             feeds.resource_of(feed)
+            if allowed is not None and int(feed) not in allowed:
+                raise KeyError(feed)
         except KeyError:
             raise UnknownFeedError(loc, feed) from None
         out[int(feed)] = None

@@ -28,7 +28,7 @@ import structlog
 
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StorageError
-from proxy.feeds import Fetcher, FetcherSettings, NotModified, Ok, ProbePool, Prober
+from proxy.feeds import Fetcher, FetcherSettings, NotModified, Ok, ProbePool, Prober, redact_url
 from proxy.rules import ProfileSpec, TriggerEvaluator
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
@@ -36,7 +36,14 @@ from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
-from proxy.store import Feed, Profile, RuleInput, Store, upgrade_database
+from proxy.store import (
+    Profile,
+    RegisteredFeed,
+    Registration,
+    RuleInput,
+    Store,
+    upgrade_database,
+)
 
 log = structlog.get_logger("proxy.service")
 
@@ -174,6 +181,10 @@ class ProxyService:
         self._clock = clock = await self._load_clock(store)
         runtime = self._runtime = Runtime(clock)
         self._writer = writer = Writer(store, self.metrics)
+        collected = await store.collect_unregistered_feeds()
+        if collected:
+            # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
+            log.info("unregistered_feeds_deleted", feeds=collected)
         for feed in await store.list_feeds():
             slot = runtime.feeds.put(feed)
             if feed.last_outcome in SUCCESS_OUTCOMES and feed.last_probe_at is not None:
@@ -289,42 +300,63 @@ class ProxyService:
 
     # ------------------------------------------------------------------ feeds
 
-    async def register_feed(self, url: str) -> tuple[Feed, bool]:
-        """Register a feed URL (SSRF-checked unless private networks are allowed); ``(feed, created)``."""
+    async def register_feed(self, user_id: int, url: str) -> tuple[RegisteredFeed, bool]:
+        """Register a feed URL for a user (SSRF-checked unless private networks are allowed).
+
+        Returns ``(feed, created)``; ``created`` is whether the *user's* registration is new.
+        Users who register the same (normalised) URL share one feed, fetched once per probe.
+        """
         assert self._fetcher is not None
         url = url.strip()
         await self._fetcher.check_url(url)
-        feed, created = await self.store.register_feed(url)
+        registered, created = await self.store.register_feed_for(user_id, url)
+        feed = registered.feed
+        if feed.id not in self.runtime.feeds.by_id:
+            log.info("feed_added", feed=feed.id, url=redact_url(feed.url), resource=feed.resource)
         self.runtime.feeds.put(feed)
         if created:
-            log.info("feed_registered", feed=feed.id, url=feed.url, resource=feed.resource)
-        return feed, created
+            log.info("feed_registered", feed=feed.id, user=user_id)
+        return registered, created
 
-    async def delete_feed(self, feed_id: int) -> None:
-        """Delete a feed no rule reads (:class:`ConflictError` otherwise)."""
-        await self.store.delete_feed(feed_id)
-        self.runtime.feeds.remove(feed_id)
+    async def delete_feed(self, user_id: int, feed_id: int) -> None:
+        """Delete the user's registration (:class:`ConflictError` while their rules read it);
+        the shared feed leaves the engine with its last registration."""
+        gone = await self.store.delete_registration(user_id, feed_id)
+        if gone:
+            self.runtime.feeds.remove(feed_id)
+        log.info("feed_unregistered", feed=feed_id, user=user_id, feed_deleted=gone)
+
+    async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
+        """A new ping token for the user's registration; the old one stops working."""
+        registration = await self.store.rotate_ping_token(user_id, feed_id)
+        log.info("ping_token_rotated", feed=feed_id, user=user_id)
+        return registration
 
     async def ping(self, feed_id: int, token: str) -> int:
-        """An update notification for the feed, authenticated by its ping token; returns CEIs touched.
+        """An update notification for the feed, authenticated by a registration's ping token;
+        returns CEIs touched.
 
-        The proxy still has to fetch: a ping only opens or grows CEIs (rules
-        with ``on: ping`` and watch rules); the loop schedules the probes.
+        The token says whose registration is pinging, and only that user's rules hear
+        it (issue 22: one user's token must not open CEIs for another user's rules).
+        The proxy still has to fetch: a ping only opens or grows CEIs (rules with
+        ``on: ping`` and watch rules); the loop schedules the probes.
         """
-        if not token or not await self.store.verify_ping_token(feed_id, token):
+        users = await self.store.ping_users(feed_id, token) if token else []
+        if not users:
             if feed_id not in self.runtime.feeds.by_id:
                 raise FeedNotFoundError(feed_id)
             raise AuthError("wrong or missing ping token for this feed")
+        profiles = {str(pid) for pid in await self.store.profile_ids_of(users)}
         rt = self.runtime
         slot = rt.feeds.by_id.get(feed_id)
         if slot is None:
             raise FeedNotFoundError(feed_id)
-        ops = rt.evaluator.on_notification(slot.resource, rt.engine.now)
+        ops = rt.evaluator.on_notification(slot.resource, rt.engine.now, profiles)
         steps = rt.apply(ops)
         steps += rt.drain_all()
         steps += rt.rule_states()
         self._submit(steps)
-        log.info("ping", feed=feed_id, chronon=rt.engine.now, ops=len(ops))
+        log.info("ping", feed=feed_id, users=users, chronon=rt.engine.now, ops=len(ops))
         return len(ops)
 
     # ------------------------------------------------------------------ profiles
@@ -332,7 +364,7 @@ class ProxyService:
     async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
         """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
         rt = self.runtime
-        self._check(spec)
+        await self._check(user_id, spec)
         async with self._lock:
             profile = await self.store.create_profile(user_id, spec.name, _rule_inputs(spec))
             try:
@@ -347,7 +379,9 @@ class ProxyService:
     async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
         """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
         rt = self.runtime
-        self._check(spec)
+        # Another user's profile is 404 before anything about its body (feeds) is said.
+        await self.store.get_profile(user_id, profile_id)
+        await self._check(user_id, spec)
         async with self._lock:
             profile = await self.store.replace_profile(user_id, profile_id, spec.name, _rule_inputs(spec))
             steps = rt.install(profile, restore_states=False)
@@ -355,11 +389,12 @@ class ProxyService:
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
-    def _check(self, spec: ProfileSpec) -> None:
+    async def _check(self, user_id: int, spec: ProfileSpec) -> None:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
-        feed ids, then compiling it in a scratch evaluator (regexes, cron, durations)."""
+        feed ids (only feeds the user registered: another user's feed is as unknown as a
+        missing one), then compiling it in a scratch evaluator (regexes, cron, durations)."""
         rt = self.runtime
-        check_feeds(spec, rt.feeds)
+        check_feeds(spec, rt.feeds, await self.store.registered_feed_ids(user_id))
         TriggerEvaluator(rt.clock).add_profile("check", spec, rt.feeds.resource_of)
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:

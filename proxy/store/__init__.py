@@ -5,8 +5,9 @@ Public API::
     make_engine(url)                      # AsyncEngine with SQLite pragmas / PG pre-ping
     upgrade_database(url)                 # apply migrations (service start, `proxy db upgrade`)
     Store.from_url(url) / Store(engine)   # every query the service and API need
-    records: User, Feed, FeedHealth, Profile, Rule, Cei, Ei, Entry, CapturedEntry, Probe,
-             MetricsSummary, ProfileCompleteness, PurgeResult, ProbeRecord
+    records: User, Feed, Registration, RegisteredFeed, FeedHealth, Profile, Rule, Cei, Ei,
+             Entry, CapturedEntry, Probe, MetricsSummary, ProfileCompleteness, PurgeResult,
+             ProbeRecord
     inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
              ProbeItem (one probe's inputs to record_probes)
 
@@ -38,6 +39,8 @@ from proxy.store._types import (
     Profile,
     ProfileCompleteness,
     PurgeResult,
+    RegisteredFeed,
+    Registration,
     Rule,
     RuleInput,
     User,
@@ -66,6 +69,8 @@ __all__ = [
     "Profile",
     "ProfileCompleteness",
     "PurgeResult",
+    "RegisteredFeed",
+    "Registration",
     "Rule",
     "RuleInput",
     "Store",

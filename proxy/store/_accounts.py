@@ -1,11 +1,12 @@
-"""Users, API keys and feeds."""
+"""Users, API keys, the shared feeds and each user's registrations of them."""
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -21,15 +22,19 @@ from proxy.errors import (
 from proxy.feeds.ssrf import normalise_url
 from proxy.store._base import (
     _FEED_COLUMNS,
+    _REGISTRATION_COLUMNS,
     API_KEY_PREFIX_LENGTH,
     StoreBase,
+    _chunks,
     _feed,
+    _registration,
     _user,
     hash_api_key,
 )
 from proxy.store._models import (
     ApiKeyRow,
     EntryRow,
+    FeedRegistrationRow,
     FeedRow,
     ProbeRow,
     ProfileRow,
@@ -41,6 +46,8 @@ from proxy.store._types import (
     Feed,
     FeedHealth,
     FeedUpdate,
+    RegisteredFeed,
+    Registration,
     User,
 )
 
@@ -132,56 +139,312 @@ class AccountsAndFeeds(StoreBase):
     # --- feeds ----------------------------------------------------------------------
 
     async def register_feed(self, url: str) -> tuple[Feed, bool]:
-        """The feed for ``url``, creating it if no feed has the same normalised URL.
+        """The shared feed for ``url``, creating it if no feed has the same normalised URL.
 
         Returns ``(feed, created)``. A new feed gets the next dense ``resource``
         (max + 1; deleted feeds leave holes, resources are never reused so the
-        engine never confuses two feeds) and a fresh ``ping_token``. Concurrent
-        registrations of the same URL return the same feed. Does not check
-        whether the URL may be fetched (the feed layer's SSRF guard does).
+        engine never confuses two feeds). Concurrent registrations of the same
+        URL return the same feed. Registers it for nobody: users reach feeds
+        through :meth:`register_feed_for`. Does not check whether the URL may be
+        fetched (the feed layer's SSRF guard does).
         """
         url = url.strip()
-        normalised = normalise_url(url)
-        if len(normalised) > 2048:
-            raise ValidationError("feed URL is longer than 2048 characters")
-        next_resource = select(func.coalesce(func.max(FeedRow.resource), -1) + 1).scalar_subquery()
-        # Two attempts: the second only runs when a concurrent registration of the
-        # same URL won the race, and then finds that feed.
-        for _attempt in range(2):
+        normalised = _normalised(url)
+        for attempt in range(2):
             try:
                 async with self._tx() as conn:
-                    if conn.dialect.name == "postgresql":
-                        # Registrations are rare: serialise them so `max + 1` cannot
-                        # hand the same resource to two feeds. (SQLite runs the
-                        # INSERT … SELECT below under its single write lock.)
-                        await conn.exec_driver_sql("LOCK TABLE feeds IN SHARE ROW EXCLUSIVE MODE")
-                    existing = (
+                    return await self._ensure_feed(conn, url, normalised)
+            except StorageError as exc:
+                if attempt or not isinstance(exc.__cause__, IntegrityError):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def register_feed_for(self, user_id: int, url: str) -> tuple[RegisteredFeed, bool]:
+        """Register ``url`` for ``user_id``: the shared feed (created if new) and the user's own
+        registration (URL as given, fresh ping token). Returns ``(feed, created)`` where
+        ``created`` says whether *this user's* registration is new: whether another user
+        already registered the URL is not revealed. Raises :class:`NotFoundError` for an
+        unknown user."""
+        url = url.strip()
+        normalised = _normalised(url)
+        # Two attempts: the second only runs when a concurrent registration of the same URL
+        # won the race (or the feed vanished with another user's last registration).
+        for attempt in range(2):
+            try:
+                async with self._tx() as conn:
+                    if (
+                        await conn.execute(select(UserRow.id).where(UserRow.id == user_id))
+                    ).first() is None:
+                        raise NotFoundError("user", user_id)
+                    feed, _ = await self._ensure_feed(conn, url, normalised)
+                    regs = cast(Table, FeedRegistrationRow.__table__)
+                    inserted = (
                         await conn.execute(
-                            select(FeedRow).where(FeedRow.url_normalised == normalised)
-                        )
-                    ).first()
-                    if existing is not None:
-                        return _feed(existing), False
-                    row = (
-                        await conn.execute(
-                            insert(FeedRow)
+                            self._insert(conn, regs)
                             .values(
+                                user_id=user_id,
+                                feed_id=feed.id,
                                 url=url,
-                                url_normalised=normalised,
-                                resource=next_resource,
-                                ping_token=secrets.token_urlsafe(24),
-                                consecutive_errors=0,
-                                disabled=False,
+                                ping_token=new_ping_token(),
                                 created_at=self._clock(),
                             )
-                            .returning(*_FEED_COLUMNS)
+                            .on_conflict_do_nothing(index_elements=["user_id", "feed_id"])
+                            .returning(*_REGISTRATION_COLUMNS)
                         )
-                    ).one()
-                return _feed(row), True
+                    ).first()
+                    if inserted is not None:
+                        return RegisteredFeed(_registration(inserted), feed), True
+                    return await self._registered(conn, user_id, feed.id), False
             except StorageError as exc:
-                if not isinstance(exc.__cause__, IntegrityError):
+                if attempt or not isinstance(exc.__cause__, IntegrityError):
                     raise
-        raise StorageError(f"could not register feed {url!r}: concurrent registrations collided")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _ensure_feed(
+        self, conn: AsyncConnection, url: str, normalised: str
+    ) -> tuple[Feed, bool]:
+        if conn.dialect.name == "postgresql":
+            # Registrations are rare: serialise them (and the deletion of a feed's last
+            # registration) so `max + 1` cannot hand the same resource to two feeds and a
+            # feed cannot vanish under a new registration. (SQLite runs the INSERT …
+            # SELECT below under its single write lock.)
+            await conn.exec_driver_sql("LOCK TABLE feeds IN SHARE ROW EXCLUSIVE MODE")
+        existing = (
+            await conn.execute(select(FeedRow).where(FeedRow.url_normalised == normalised))
+        ).first()
+        if existing is not None:
+            return _feed(existing), False
+        next_resource = select(func.coalesce(func.max(FeedRow.resource), -1) + 1).scalar_subquery()
+        row = (
+            await conn.execute(
+                insert(FeedRow)
+                .values(
+                    url=url,
+                    url_normalised=normalised,
+                    resource=next_resource,
+                    consecutive_errors=0,
+                    disabled=False,
+                    created_at=self._clock(),
+                )
+                .returning(*_FEED_COLUMNS)
+            )
+        ).one()
+        return _feed(row), True
+
+    async def _registered(self, conn: AsyncConnection, user_id: int, feed_id: int) -> RegisteredFeed:
+        row = (
+            await conn.execute(
+                select(FeedRegistrationRow).where(
+                    FeedRegistrationRow.user_id == user_id, FeedRegistrationRow.feed_id == feed_id
+                )
+            )
+        ).first()
+        if row is None:
+            raise FeedNotFoundError(feed_id)
+        feed = (await conn.execute(select(FeedRow).where(FeedRow.id == feed_id))).one()
+        return RegisteredFeed(_registration(row), _feed(feed))
+
+    async def get_registered_feed(self, user_id: int, feed_id: int) -> RegisteredFeed:
+        """The user's registration of a feed with the feed's health. Raises
+        :class:`FeedNotFoundError` also when only other users registered it."""
+        async with self._tx() as conn:
+            return await self._registered(conn, user_id, feed_id)
+
+    async def list_registered_feeds(self, user_id: int) -> list[RegisteredFeed]:
+        """The feeds ``user_id`` registered, by feed id, with probe and entry counts (shared)
+        and how many of *this user's* profiles read each."""
+        regs = (
+            select(FeedRegistrationRow.feed_id)
+            .where(FeedRegistrationRow.user_id == user_id)
+            .scalar_subquery()
+        )
+        probes = (
+            select(ProbeRow.feed_id, func.count().label("n"))
+            .where(ProbeRow.feed_id.in_(regs))
+            .group_by(ProbeRow.feed_id)
+            .subquery()
+        )
+        entries = (
+            select(EntryRow.feed_id, func.count().label("n"))
+            .where(EntryRow.feed_id.in_(regs))
+            .group_by(EntryRow.feed_id)
+            .subquery()
+        )
+        profiles = (
+            select(RuleFeedRow.feed_id, func.count(func.distinct(RuleRow.profile_id)).label("n"))
+            .join(RuleRow, RuleRow.id == RuleFeedRow.rule_id)
+            .join(ProfileRow, ProfileRow.id == RuleRow.profile_id)
+            .where(ProfileRow.user_id == user_id)
+            .group_by(RuleFeedRow.feed_id)
+            .subquery()
+        )
+        stmt = (
+            select(
+                *(c.label(f"r_{c.name}") for c in _REGISTRATION_COLUMNS),
+                FeedRow,
+                func.coalesce(probes.c.n, 0).label("probe_count"),
+                func.coalesce(entries.c.n, 0).label("entry_count"),
+                func.coalesce(profiles.c.n, 0).label("profile_count"),
+            )
+            .join(FeedRow, FeedRow.id == FeedRegistrationRow.feed_id)
+            .outerjoin(probes, probes.c.feed_id == FeedRow.id)
+            .outerjoin(entries, entries.c.feed_id == FeedRow.id)
+            .outerjoin(profiles, profiles.c.feed_id == FeedRow.id)
+            .where(FeedRegistrationRow.user_id == user_id)
+            .order_by(FeedRow.id)
+        )
+        async with self._tx() as conn:
+            rows = (await conn.execute(stmt)).all()
+        out = []
+        for row in rows:
+            registration = Registration(
+                id=row.r_id, user_id=row.r_user_id, feed_id=row.r_feed_id, url=row.r_url,
+                ping_token=row.r_ping_token, created_at=row.r_created_at,
+            )
+            out.append(
+                RegisteredFeed(
+                    registration, _feed(row), probes=int(row.probe_count),
+                    entries=int(row.entry_count), profiles=int(row.profile_count),
+                )
+            )
+        return out
+
+    async def registered_feed_ids(self, user_id: int) -> set[int]:
+        """The ids of the feeds ``user_id`` registered (what their rules may name)."""
+        async with self._tx() as conn:
+            return set(
+                (
+                    await conn.execute(
+                        select(FeedRegistrationRow.feed_id).where(
+                            FeedRegistrationRow.user_id == user_id
+                        )
+                    )
+                ).scalars()
+            )
+
+    async def delete_registration(self, user_id: int, feed_id: int) -> bool:
+        """Delete the user's registration of a feed; the shared feed (probes, entries, EIs) goes
+        too when no other registration and no rule needs it. Returns whether it went.
+
+        Raises :class:`FeedNotFoundError` (also when only other users registered it) and
+        :class:`ConflictError` naming *this user's* profiles whose rules still read it;
+        other users' use of the feed is never revealed.
+        """
+        async with self._tx() as conn:
+            if conn.dialect.name == "postgresql":
+                # See _ensure_feed: a concurrent registration must not lose its feed.
+                await conn.exec_driver_sql("LOCK TABLE feeds IN SHARE ROW EXCLUSIVE MODE")
+            names = (
+                (
+                    await conn.execute(
+                        select(ProfileRow.name)
+                        .join(RuleRow, RuleRow.profile_id == ProfileRow.id)
+                        .join(RuleFeedRow, RuleFeedRow.rule_id == RuleRow.id)
+                        .where(RuleFeedRow.feed_id == feed_id, ProfileRow.user_id == user_id)
+                        .distinct()
+                        .order_by(ProfileRow.name)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            result = await conn.execute(
+                delete(FeedRegistrationRow).where(
+                    FeedRegistrationRow.user_id == user_id, FeedRegistrationRow.feed_id == feed_id
+                )
+            )
+            if not result.rowcount:
+                raise FeedNotFoundError(feed_id)
+            if names:
+                # Raising rolls the deletion back.
+                raise ConflictError(
+                    f"feed {feed_id} is still read by the rules of your profile(s): "
+                    + ", ".join(names)
+                )
+            return bool(await self._delete_if_unneeded(conn, [feed_id]))
+
+    async def collect_unregistered_feeds(self) -> list[int]:
+        """Delete every feed that no registration and no rule needs (with its probes, entries
+        and EIs); return their ids. The service runs it on start: feeds registered before
+        migration 0002 that no rule read have no owner, so nobody can see them."""
+        async with self._tx() as conn:
+            if conn.dialect.name == "postgresql":
+                await conn.exec_driver_sql("LOCK TABLE feeds IN SHARE ROW EXCLUSIVE MODE")
+            ids = list((await conn.execute(select(FeedRow.id).order_by(FeedRow.id))).scalars())
+            return await self._delete_if_unneeded(conn, ids)
+
+    async def _delete_if_unneeded(self, conn: AsyncConnection, feed_ids: Sequence[int]) -> list[int]:
+        deleted: list[int] = []
+        for chunk in _chunks(list(feed_ids)):
+            needed = set(
+                (
+                    await conn.execute(
+                        select(FeedRegistrationRow.feed_id).where(
+                            FeedRegistrationRow.feed_id.in_(chunk)
+                        )
+                    )
+                ).scalars()
+            ) | set(
+                (
+                    await conn.execute(select(RuleFeedRow.feed_id).where(RuleFeedRow.feed_id.in_(chunk)))
+                ).scalars()
+            )
+            unneeded = [f for f in chunk if f not in needed]
+            if unneeded:
+                await conn.execute(delete(FeedRow).where(FeedRow.id.in_(unneeded)))
+                deleted.extend(unneeded)
+        return deleted
+
+    async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
+        """A new ping token for the user's registration; the old one stops working at once.
+        Raises :class:`FeedNotFoundError`."""
+        async with self._tx() as conn:
+            row = (
+                await conn.execute(
+                    update(FeedRegistrationRow)
+                    .where(
+                        FeedRegistrationRow.user_id == user_id,
+                        FeedRegistrationRow.feed_id == feed_id,
+                    )
+                    .values(ping_token=new_ping_token())
+                    .returning(*_REGISTRATION_COLUMNS)
+                )
+            ).first()
+        if row is None:
+            raise FeedNotFoundError(feed_id)
+        return _registration(row)
+
+    async def ping_users(self, feed_id: int, token: str) -> list[int]:
+        """The users whose registration of ``feed_id`` has ping token ``token`` (constant-time
+        compare). One user, except for registrations back-filled by migration 0002, which
+        kept the feed's former shared token until rotated."""
+        if not token:
+            return []
+        async with self._tx() as conn:
+            rows = (
+                await conn.execute(
+                    select(FeedRegistrationRow.user_id, FeedRegistrationRow.ping_token)
+                    .where(FeedRegistrationRow.feed_id == feed_id)
+                    .order_by(FeedRegistrationRow.user_id)
+                )
+            ).all()
+        given = token.encode()
+        return [row.user_id for row in rows if secrets.compare_digest(row.ping_token.encode(), given)]
+
+    async def profile_ids_of(self, user_ids: Sequence[int]) -> list[int]:
+        """The ids of these users' profiles (a ping reaches only its registrant's rules)."""
+        if not user_ids:
+            return []
+        async with self._tx() as conn:
+            return list(
+                (
+                    await conn.execute(
+                        select(ProfileRow.id)
+                        .where(ProfileRow.user_id.in_(list(user_ids)))
+                        .order_by(ProfileRow.id)
+                    )
+                ).scalars()
+            )
 
     async def get_feed(self, feed_id: int) -> Feed:
         """Raises :class:`FeedNotFoundError`."""
@@ -212,7 +475,8 @@ class AccountsAndFeeds(StoreBase):
         return 0 if top is None else int(top) + 1
 
     async def list_feeds_with_health(self) -> list[FeedHealth]:
-        """Every feed with its probe, entry and referencing-profile counts, by id."""
+        """Every shared feed with its probe, entry and referencing-profile counts (of every
+        user), by id: an operator's view, never a user's (:meth:`list_registered_feeds`)."""
         probes = (
             select(ProbeRow.feed_id, func.count().label("n")).group_by(ProbeRow.feed_id).subquery()
         )
@@ -250,10 +514,11 @@ class AccountsAndFeeds(StoreBase):
         ]
 
     async def delete_feed(self, feed_id: int) -> None:
-        """Delete a feed with its probes, entries and EIs.
+        """Delete a shared feed with every registration, its probes, entries and EIs (an
+        operator's tool: the API deletes one user's registration, :meth:`delete_registration`).
 
-        Raises :class:`ConflictError` naming the profiles whose rules still read
-        it, and :class:`FeedNotFoundError`.
+        Raises :class:`ConflictError` naming the profiles (of every user) whose rules still
+        read it, and :class:`FeedNotFoundError`.
         """
         async with self._tx() as conn:
             users = (
@@ -277,14 +542,6 @@ class AccountsAndFeeds(StoreBase):
             result = await conn.execute(delete(FeedRow).where(FeedRow.id == feed_id))
             if not result.rowcount:
                 raise FeedNotFoundError(feed_id)
-
-    async def verify_ping_token(self, feed_id: int, token: str) -> bool:
-        """Whether ``token`` is the feed's ping token (constant-time compare); ``False`` for unknown feeds."""
-        async with self._tx() as conn:
-            stored = (
-                await conn.execute(select(FeedRow.ping_token).where(FeedRow.id == feed_id))
-            ).scalar_one_or_none()
-        return stored is not None and secrets.compare_digest(stored.encode(), token.encode())
 
     async def update_feed_after_probe(self, feed_id: int, change: FeedUpdate) -> Feed:
         """Apply what a probe taught us (validators, health, redirect, 410). Raises :class:`FeedNotFoundError`."""
@@ -316,6 +573,18 @@ class AccountsAndFeeds(StoreBase):
         result = await conn.execute(update(FeedRow).where(FeedRow.id == feed_id).values(**values))
         if not result.rowcount:
             raise FeedNotFoundError(feed_id)
+
+
+def new_ping_token() -> str:
+    """A fresh ping token (192 random bits, URL-safe)."""
+    return secrets.token_urlsafe(24)
+
+
+def _normalised(url: str) -> str:
+    normalised = normalise_url(url)
+    if len(normalised) > 2048:
+        raise ValidationError("feed URL is longer than 2048 characters")
+    return normalised
 
 
 def feed_health_values(change: FeedUpdate) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from proxy.errors import (
 from proxy.store._engine import make_engine
 from proxy.store._models import (
     EntryRow,
+    FeedRegistrationRow,
     FeedRow,
 )
 from proxy.store._types import (
@@ -31,6 +32,7 @@ from proxy.store._types import (
     Entry,
     Feed,
     Probe,
+    Registration,
     User,
 )
 
@@ -94,7 +96,6 @@ def _feed(row: Any) -> Feed:
         url=row.url,
         url_normalised=row.url_normalised,
         resource=row.resource,
-        ping_token=row.ping_token,
         etag=row.etag,
         last_modified=row.last_modified,
         last_probe_at=row.last_probe_at,
@@ -103,6 +104,17 @@ def _feed(row: Any) -> Feed:
         next_allowed_at=row.next_allowed_at,
         disabled=bool(row.disabled),
         disabled_reason=row.disabled_reason,
+        created_at=row.created_at,
+    )
+
+
+def _registration(row: Any) -> Registration:
+    return Registration(
+        id=row.id,
+        user_id=row.user_id,
+        feed_id=row.feed_id,
+        url=row.url,
+        ping_token=row.ping_token,
         created_at=row.created_at,
     )
 
@@ -153,6 +165,7 @@ def _probe(row: Any) -> Probe:
 
 
 _FEED_COLUMNS = FeedRow.__table__.c
+_REGISTRATION_COLUMNS = FeedRegistrationRow.__table__.c
 _ENTRY_COLUMNS = EntryRow.__table__.c
 
 

@@ -5,10 +5,15 @@ Tables
 ``users``            an account; ``name`` is unique.
 ``api_keys``         sha256 (hex) of each API key; only a short ``prefix`` is kept in clear
                      for display. Keys are shown once, at creation; ``revoked_at`` disables one.
-``feeds``            one row per distinct feed, shared by every user, deduplicated by
-                     ``url_normalised``. ``resource`` is the core engine's dense resource id;
-                     ``ping_token`` authorises ``POST /api/v1/feeds/{id}/ping``; conditional-GET
-                     state (``etag``, ``last_modified``) and health live here too.
+``feeds``            the shared resource: one row per distinct fetch, deduplicated by
+                     ``url_normalised`` (which keeps userinfo and query, so URLs differing only
+                     in a secret are different feeds). ``resource`` is the core engine's dense
+                     resource id; conditional-GET state (``etag``, ``last_modified``) and health
+                     live here too. No user reads this row's ``url`` (it may hold a secret).
+``feed_registrations`` one user's registration of a feed (issue 22): the URL as that user gave
+                     it and their own ``ping_token`` for ``POST /api/v1/feeds/{id}/ping``.
+                     UNIQUE (user_id, feed_id). A user sees and deletes only their own; the feed
+                     goes with its last registration (and once no rule reads it).
 ``profiles``         a user's named profile (``name`` unique per user).
 ``rules``            a profile's ordered rules: ``spec`` is the rule as submitted and validated,
                      ``state`` the trigger evaluator's runtime state (kept for restarts).
@@ -141,7 +146,6 @@ class FeedRow(Base):
     url: Mapped[str] = mapped_column(Text)
     url_normalised: Mapped[str] = mapped_column(String(2048), unique=True)
     resource: Mapped[int] = mapped_column(Integer, unique=True)
-    ping_token: Mapped[str] = mapped_column(String(64))
     etag: Mapped[str | None] = mapped_column(Text)
     last_modified: Mapped[str | None] = mapped_column(String(64))
     last_probe_at: Mapped[dt.datetime | None]
@@ -150,6 +154,22 @@ class FeedRow(Base):
     next_allowed_at: Mapped[dt.datetime | None]
     disabled: Mapped[bool] = mapped_column(Boolean, server_default=false())
     disabled_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+
+class FeedRegistrationRow(Base):
+    __tablename__ = "feed_registrations"
+    __table_args__ = (
+        UniqueConstraint("user_id", "feed_id", name="uq_feed_registrations_user_id_feed_id"),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    # CASCADE: only an operator's Store.delete_feed removes a feed that still has registrations.
+    feed_id: Mapped[int] = mapped_column(ForeignKey("feeds.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    ping_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[dt.datetime]
 
 

@@ -29,6 +29,7 @@ from proxy.store._models import (
     CaptureRow,
     CeiRow,
     EiRow,
+    FeedRegistrationRow,
     FeedRow,
     ProbeRow,
     ProfileRow,
@@ -55,8 +56,8 @@ class ProfilesAndCeis(AccountsAndFeeds):
 
     async def create_profile(self, user_id: int, name: str, rules: Sequence[RuleInput]) -> Profile:
         """Create a profile with its rules (in order). Raises :class:`ConflictError` for a taken
-        name, :class:`FeedNotFoundError` for a rule reading an unknown feed and
-        :class:`NotFoundError` for an unknown user."""
+        name, :class:`FeedNotFoundError` for a rule reading a feed the user has not registered
+        (unknown, or only other users') and :class:`NotFoundError` for an unknown user."""
         name = _profile_name(name)
         now = self._clock()
         async with self._tx() as conn:
@@ -64,7 +65,7 @@ class ProfilesAndCeis(AccountsAndFeeds):
                 await conn.execute(select(UserRow.id).where(UserRow.id == user_id))
             ).first() is None:
                 raise NotFoundError("user", user_id)
-            await self._check_feeds(conn, rules)
+            await self._check_feeds(conn, rules, user_id)
             try:
                 profile_id = (
                     await conn.execute(
@@ -87,7 +88,7 @@ class ProfilesAndCeis(AccountsAndFeeds):
         name = _profile_name(name)
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
-            await self._check_feeds(conn, rules)
+            await self._check_feeds(conn, rules, user_id)
             old = (
                 await conn.execute(
                     select(RuleRow.name, RuleRow.spec, RuleRow.state).where(
@@ -170,13 +171,22 @@ class ProfilesAndCeis(AccountsAndFeeds):
             rows = (await conn.execute(select(RuleRow.id, RuleRow.state))).all()
         return {row.id: row.state for row in rows}
 
-    async def _check_feeds(self, conn: AsyncConnection, rules: Sequence[RuleInput]) -> None:
+    async def _check_feeds(
+        self, conn: AsyncConnection, rules: Sequence[RuleInput], user_id: int | None = None
+    ) -> None:
+        """Every feed the rules read exists and, given ``user_id``, is registered by that user
+        (issue 22: a profile may name only its owner's feeds; another user's is "not found")."""
         wanted = {feed_id for rule in rules for feed_id in rule.feed_ids}
         if not wanted:
             return
-        found = set(
-            (await conn.execute(select(FeedRow.id).where(FeedRow.id.in_(wanted)))).scalars().all()
+        query = (
+            select(FeedRow.id).where(FeedRow.id.in_(wanted))
+            if user_id is None
+            else select(FeedRegistrationRow.feed_id).where(
+                FeedRegistrationRow.feed_id.in_(wanted), FeedRegistrationRow.user_id == user_id
+            )
         )
+        found = set((await conn.execute(query)).scalars().all())
         missing = sorted(wanted - found)
         if missing:
             raise FeedNotFoundError(missing[0])

@@ -28,13 +28,16 @@ class User:
 
 @dataclass(frozen=True, slots=True)
 class Feed:
-    """A feed shared by every user who registered its URL, with its probe health."""
+    """The shared resource behind every registration of one URL, with its probe health.
+
+    ``url`` is what the service fetches and may hold a secret (userinfo, query):
+    it is never shown to a user; :class:`Registration` carries each user's own URL.
+    """
 
     id: int
     url: str
     url_normalised: str
     resource: int
-    ping_token: str
     etag: str | None
     last_modified: str | None
     last_probe_at: dt.datetime | None
@@ -44,6 +47,32 @@ class Feed:
     disabled: bool
     disabled_reason: str | None
     created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One user's registration of a shared feed: the URL as they gave it, their ping token."""
+
+    id: int
+    user_id: int
+    feed_id: int
+    url: str
+    ping_token: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredFeed:
+    """A feed as one user sees it: their registration over the shared feed's health.
+
+    ``profiles`` counts only this user's profiles whose rules read the feed.
+    """
+
+    registration: Registration
+    feed: Feed
+    probes: int | None = None
+    entries: int | None = None
+    profiles: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
