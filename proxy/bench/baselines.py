@@ -28,7 +28,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.bench.metrics import ProbeRec, cei_outcome
 from proxy.core.model import CEI
@@ -115,6 +115,8 @@ class ReaderRun:
     completeness: float
     setting: float
     """The tuned knob: total probes (round robin) or the interval scale (adaptive)."""
+    schedule: Schedule = field(default_factory=list, compare=False, repr=False)
+    """The reader's probes as ``(chronon, feed)``, for its update-detection delays."""
 
 
 def match_probes(
@@ -124,7 +126,7 @@ def match_probes(
     """The reader ``kind`` (``round-robin`` / ``adaptive``) tuned to about ``probes`` probes."""
     if kind == "round-robin":
         s = round_robin(len(updates), chronons, probes)
-        return ReaderRun(len(s), completeness(ceis, s), float(probes))
+        return ReaderRun(len(s), completeness(ceis, s), float(probes), s)
     p = params or AdaptiveParams()
     run = _adaptive_run(ceis, updates, chronons, p)
     # Probes fall as the scale grows: bisect the scale in log space.
@@ -194,7 +196,7 @@ def _adaptive_run(
     def run(scale: float) -> ReaderRun:
         s = adaptive(updates, chronons, AdaptiveParams(p.min_interval, p.max_interval, p.lookback,
                                                        scale, p.window))
-        return ReaderRun(len(s), completeness(ceis, s), scale)
+        return ReaderRun(len(s), completeness(ceis, s), scale, s)
 
     return run
 

@@ -183,8 +183,18 @@ def live(
                        f"probes {r['live']['probes']}  "
                        f"round-robin {100 * r['readers']['round-robin']['completeness']:.1f}%  "
                        f"adaptive {100 * r['readers']['adaptive']['completeness']:.1f}%")
+            typer.echo(f"{tag}: detection delay p50/p90 (chronons): " + "  ".join(
+                f"{name} {_delays(d)}" for name, d in (
+                    ("live", r["live"]["detection_delay_chronons"]),
+                    ("round-robin", r["readers"]["round-robin"]["detection_delay_chronons"]),
+                    ("adaptive", r["readers"]["adaptive"]["detection_delay_chronons"]))))
     if doc is not None:
         _report(out, doc)
+
+
+def _delays(q: dict[str, float]) -> str:
+    """``p50/p90`` of a quantiles dict, ``-`` where there was nothing to measure."""
+    return "/".join("-" if q[k] != q[k] else f"{q[k]:.1f}" for k in ("p50", "p90"))
 
 
 WORKLOAD_DEFAULTS: dict[str, str] = {

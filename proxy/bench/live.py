@@ -698,13 +698,23 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     remap = {r: i for i, r in enumerate(feeds)}
     sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
                      for c in wl.ceis)
+    # Update-detection delay (publication to the first probe that saw it) on the watched
+    # feeds, the proxy's and each reader's at equal probes; entries pushed out unseen count
+    # in no delay (entry completeness says how many).
+    live_watched = entry_outcome([pub for pub in rec.pubs if pub.resource in remap], rec.probes,
+                                 cfg.feed_window)
+    reader_pubs = [Pub(remap[pub.resource], pub.time) for pub in sim_pubs if pub.resource in remap]
     readers: dict[str, Any] = {}
     for kind in ("round-robin", "adaptive"):
         eq = match_probes(kind, sub_ceis, sub_updates, k, probes, ap)
         need = probes_to_reach(kind, sub_ceis, sub_updates, k, live.completeness, ap)
+        seen = entry_outcome(reader_pubs, [ProbeRec(r, t, float(t)) for t, r in eq.schedule],
+                             cfg.feed_window)
         readers[kind] = {"probes": eq.probes, "completeness": eq.completeness,
                          "probes_to_match": need.probes if need else None,
-                         "completeness_at_match": need.completeness if need else None}
+                         "completeness_at_match": need.completeness if need else None,
+                         "detection_delay_chronons": quantiles(seen.delays),
+                         "entry_completeness": seen.completeness}
     agree, total_eis = _ei_agreement(bw, rec)
     curve_live = completeness_curve(live, k)
     curve_sim = completeness_curve(cei_outcome(wl.ceis, sim_probes), k)
@@ -725,6 +735,8 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
             "entry_completeness": entries.completeness,
             "entries_stored": sum(1 for e in rec.pub_entry_ids if e in rec.stored_entries),
             "delay_chronons": quantiles(entries.delays),
+            "detection_delay_chronons": quantiles(live_watched.delays),
+            "watched_entry_completeness": live_watched.completeness,
             "delays": [round(d, 3) for d in entries.delays],
             "probes": probes,
             "failed_probes": sum(1 for p in rec.probes if not p.ok),
