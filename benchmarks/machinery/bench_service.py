@@ -43,6 +43,13 @@ from proxy.store import RuleInput, Store, upgrade_database
 WORDS = ["market", "energy", "report", "city", "council", "weather", "river", "election", "museum", "football", "harvest", "railway", "bridge", "festival", "science", "budget", "hospital", "school", "review", "storm", "airport", "library", "concert", "garden", "opera"]
 
 
+def _watch_rule(rng: random.Random, feed_ids: list[int]) -> RuleInput:
+    """AuctionWatch over 2-3 random feeds: moved only by updates, found by background probes."""
+    feeds = rng.sample(feed_ids, rng.choice((2, 3)))
+    spec = {"name": "w", "watch": {"feeds": [str(f) for f in feeds], "within": "5m"}}
+    return RuleInput("w", spec, tuple(feeds))
+
+
 def _rule(rng: random.Random, feed_ids: list[int], start: dt.datetime, every_min: int) -> RuleInput:
     trigger, *queries = rng.sample(feed_ids, 1 + rng.choice((1, 2)))
     spec = {
@@ -56,7 +63,8 @@ def _rule(rng: random.Random, feed_ids: list[int], start: dt.datetime, every_min
     return RuleInput("r", spec, (trigger, *queries))
 
 
-async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int, every_min: int) -> None:
+async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int, every_min: int,
+                watch_share: float = 0.0) -> None:
     await upgrade_database(url)
     rng = random.Random(seed)
     async with Store.from_url(url) as store:
@@ -74,7 +82,9 @@ async def setup(url: str, farm_url: str, feeds: int, profiles: int, seed: int, e
         print(f"  {feeds} feeds registered in {time.perf_counter() - t0:.1f} s", flush=True)
         start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)
         t0 = time.perf_counter()
-        await bulk_profiles(store, user_id, [_rule(rng, ids, start, every_min) for _ in range(profiles)])
+        rules = [_watch_rule(rng, ids) if rng.random() < watch_share else _rule(rng, ids, start, every_min)
+                 for _ in range(profiles)]
+        await bulk_profiles(store, user_id, rules)
         print(f"  {profiles} profiles bulk-inserted in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -132,7 +142,7 @@ def pct(values: list[float], q: float) -> float:
 async def run(url: str, farm_url: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"setup {url.split(':')[0]} …", flush=True)
     t_setup = time.perf_counter()
-    await setup(url, farm_url, args.feeds, args.profiles, args.seed, args.every)
+    await setup(url, farm_url, args.feeds, args.profiles, args.seed, args.every, args.watch_share)
     setup_s = time.perf_counter() - t_setup
     settings = load_settings(
         database_url=url, chronon_seconds=args.chronon, budget=args.budget, policy=args.policy,
@@ -214,7 +224,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, command: str
         "",
         f"Workload: {args.feeds} farm feeds (Poisson, {args.rate} publications per feed per minute), "
         f"{args.profiles} profiles (one trigger rule each: every {args.every}m, slack 2m, a filler word, "
-        f"1-2 query feeds within 5m), budget {args.budget} per {args.chronon} s chronon, "
+        f"1-2 query feeds within 5m; a share {args.watch_share:g} are watch rules over 2-3 feeds "
+        f"within 5m, moved by background probes), budget {args.budget} per {args.chronon} s chronon, "
         f"policy `{args.policy}`; {args.warmup:.0f} s warm-up, then {args.duration:.0f} s measured.",
         "Target: p99 tick jitter under 10 % of the chronon "
         f"({0.1 * args.chronon * 1000:.0f} ms) while spending the budget.",
@@ -290,6 +301,8 @@ async def main() -> None:
     parser.add_argument("--policy", default="mrsf-p")
     parser.add_argument("--every", type=int, default=10, help="minutes between a rule's trigger EIs")
     parser.add_argument("--rate", type=float, default=0.2, help="publications per feed per minute")
+    parser.add_argument("--watch-share", type=float, default=0.0,
+                        help="share of profiles that are watch rules (discovery on: background probes)")
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--warmup", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=1)
