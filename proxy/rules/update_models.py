@@ -252,6 +252,18 @@ class _Feed:
         self.informative += 1
         return True
 
+    def add_day_only(self, t: float, copies: int) -> int:
+        """Record ``copies`` updates dated only by the day ``t``; as many as one document ever showed, not more."""
+        u = self.updates
+        lo, hi = bisect.bisect_left(u, t), bisect.bisect_right(u, t)
+        add = copies - (hi - lo)
+        if add <= 0:
+            return 0
+        u[hi:hi] = [t] * add
+        self.timed[hi:hi] = [False] * add
+        self.informative += add
+        return add
+
     def add_censored(self, a: float, b: float) -> None:
         i = bisect.bisect_left(self.cover_start, b) - 1  # a span starting before b may cover its end
         if i >= 0 and self.cover_start[i] <= a and self.cover_end[i] >= b:
@@ -375,6 +387,9 @@ class FeedUpdateModels:
         kept.sort()
         merged: list[tuple[float, bool]] = []
         for t, timed in kept:
+            if not timed and merged and merged[-1] == (t, False):
+                merged.append((t, False))  # entries dated the same day are distinct updates
+                continue
             if merged and t - merged[-1][0] <= cfg.merge_window:
                 counts["known"] += 1
                 if timed and not merged[-1][1]:
@@ -402,8 +417,14 @@ class FeedUpdateModels:
 
     def _add(self, f: _Feed, dates: list[tuple[float, bool]]) -> tuple[int, int]:
         new = 0
+        day_only: dict[float, int] = {}
         for t, timed in dates:
-            new += f.add_update(t, timed, self.settings.merge_window)
+            if timed:
+                new += f.add_update(t, timed, self.settings.merge_window)
+            else:
+                day_only[t] = day_only.get(t, 0) + 1
+        for t, copies in day_only.items():
+            new += f.add_day_only(t, copies)
         return new, len(dates) - new
 
     def observe_document(
