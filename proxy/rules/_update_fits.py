@@ -448,9 +448,10 @@ def fit_periodic(
     The phase starts at the circular mean of the updates' positions in the
     period, then moves to the median residual of those within a quarter
     period; the jitter is 1.4826 x the MAD of those residuals (floored at
-    ``min_jitter``; above period/24 the feed is not near-periodic); updates within 3.5 jitters of their
-    slot are hits, the rest background. The hit rate is hits per slot covered.
-    None without ``min_updates`` timed updates, a covered slot or a narrow enough jitter.
+    ``min_jitter``; above period/24 the feed is not near-periodic). Updates
+    within 3.5 jitters of their slot are hits, the rest background. The hit
+    rate is hits per slot covered. None without ``min_updates`` timed
+    updates, a covered slot or a narrow enough jitter.
     """
     t = obs.timed
     if t.size < min_updates:
