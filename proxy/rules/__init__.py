@@ -14,7 +14,13 @@ Public API:
   :class:`EntryLike` and :class:`EnginePort` protocols, and the chronon clock
   (:class:`ChrononMapping`, :class:`ChrononGrid`);
 * the update model behind ``overwrite`` (:mod:`proxy.rules.updates`):
-  :class:`UpdateModel`.
+  :class:`UpdateModel`;
+* per-feed update models learnt from entry dates, probes and pings
+  (:mod:`proxy.rules.update_models`): :class:`FeedUpdateModels`,
+  :class:`UpdateModelSettings`, :class:`FeedModelEstimate`,
+  :class:`DocumentSummary`, :class:`GammaPrior`, :func:`posterior_rate`,
+  :class:`UpdateModelStateError` and the chronon helpers
+  :func:`seconds_to_chronon`, :func:`chronon_start`.
 
 Nothing in this package does I/O or reads a clock; the service drives it.
 """
@@ -42,15 +48,30 @@ from proxy.rules.schemas import (
     WatchSpec,
     error_messages,
 )
+from proxy.rules.update_models import (
+    DocumentSummary,
+    FeedModelEstimate,
+    FeedUpdateModels,
+    GammaPrior,
+    UpdateModelSettings,
+    UpdateModelStateError,
+    chronon_start,
+    posterior_rate,
+    seconds_to_chronon,
+)
 from proxy.rules.updates import UpdateModel
 
 __all__ = [
     "ChrononGrid",
     "ChrononMapping",
     "ConditionSpec",
+    "DocumentSummary",
     "DurationError",
     "EnginePort",
     "EntryLike",
+    "FeedModelEstimate",
+    "FeedUpdateModels",
+    "GammaPrior",
     "Op",
     "OpenCei",
     "PeriodSpec",
@@ -64,9 +85,14 @@ __all__ = [
     "TriggerSpec",
     "UnknownFeedError",
     "UpdateModel",
+    "UpdateModelSettings",
+    "UpdateModelStateError",
     "WatchSpec",
     "apply_ops",
+    "chronon_start",
     "error_messages",
     "parse_duration",
+    "posterior_rate",
+    "seconds_to_chronon",
     "to_chronons",
 ]
