@@ -8,11 +8,13 @@ something, so only background probes can move them.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 
 from proxy.farm import FeedFarm
+from proxy.service import ProxyService
 from tests.test_e2e_support import Running, e2e_settings, eventually, parse_metrics, running
 
 pytestmark = pytest.mark.slow
@@ -77,3 +79,47 @@ async def test_rules_on_feeds_that_never_ping_fire_from_probes(database_url: str
         # The trigger EI starts at the estimated update, before the probe that found it.
         trigger = oil["eis"][0]
         assert trigger["start"] <= trigger["captured_chronon"] <= trigger["finish"]
+
+
+async def test_update_models_are_learnt_shown_and_restored_after_a_restart(database_url: str) -> None:
+    settings = e2e_settings(database_url, budget=2, policy="adm-edf")
+    # Entries dated in real time, an hour apart before now: what a real feed's first document says.
+    farm = FeedFarm(["a", "b"], prefill=6, epoch=dt.datetime.now(dt.UTC), trace_unit=dt.timedelta(hours=1),
+                    seconds_per_trace_unit=3600.0)
+    async with farm:
+        async with running(settings) as px:
+            ids = []
+            for name in ("a", "b"):
+                r = await px.post("/api/v1/feeds", {"url": farm.url(name)})
+                ids.append(r.json()["id"])
+            body = {"name": "w", "rules": [{"name": "w", "watch": {"feeds": [str(i) for i in ids],
+                                                                    "within": "1s"}}]}
+            assert (await px.post("/api/v1/profiles", body)).status_code == 201
+
+            async def learnt() -> dict[str, Any]:
+                feed = (await px.get(f"/api/v1/feeds/{ids[0]}")).json()
+                # Six hourly entries: the oldest bounds the record, the five after it are updates.
+                return feed if feed["update_model"]["updates"] >= 5 else {}
+
+            feed = await eventually(learnt, what="feed a's update model learnt from its documents")
+            model = feed["update_model"]
+            assert model["kind"] in {"prior", "poisson", "seasonal", "periodic"}
+            assert 0.2 < model["rate_per_hour"] < 5  # about one an hour, shrunk toward the prior
+            assert model["next_expected_at"] is not None
+            listed = (await px.get("/api/v1/feeds")).json()
+            assert all(f["update_model"] is None for f in listed)  # only the single-feed route
+            await px.service.save_update_models()
+            kinds = {k: v for k, v in parse_metrics((await px.client.get("/metrics")).text).items()
+                     if k.startswith("proxy_update_models{")}
+            assert sum(kinds.values()) == 2
+            first = px.service
+        before = {i: first.update_model(i) for i in ids}  # as saved when the service stopped
+        # A new process on the same database (not ticking, so nothing new is learnt): the
+        # models come back as they were saved.
+        async with ProxyService(settings, run_loop=False) as again:
+            for i in ids:
+                restored, saved = again.update_model(i), before[i]
+                assert restored is not None and saved is not None
+                assert (restored.kind, restored.observations, restored.updates) == (
+                    saved.kind, saved.observations, saved.updates)
+                assert restored.rate_per_hour == pytest.approx(saved.rate_per_hour)

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 
 from proxy.api.deps import Service, UserId
-from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut
+from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, UpdateModelOut
 
 router = APIRouter(prefix="/api/v1/feeds", tags=["feeds"])
 
@@ -35,7 +35,12 @@ async def list_feeds(service: Service, user: UserId) -> list[FeedOut]:
 
 @router.get("/{feed_id}", response_model=FeedOut)
 async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
-    return FeedOut.of(await service.store.get_registered_feed(user, feed_id))
+    """One of your feeds with its health and its learnt update model (kind, rate, next update)."""
+    out = FeedOut.of(await service.store.get_registered_feed(user, feed_id))
+    model = service.update_model(feed_id)
+    if model is not None:
+        out.update_model = UpdateModelOut.of(model)
+    return out
 
 
 @router.delete("/{feed_id}", status_code=status.HTTP_204_NO_CONTENT)

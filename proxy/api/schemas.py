@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.rules import FeedModelEstimate
 from proxy.store import CapturedEntry, Cei, Ei, MetricsSummary, Profile, RegisteredFeed
 
 
@@ -16,6 +18,29 @@ class FeedIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(min_length=1, max_length=2048, examples=["https://example.org/feed.xml"])
+
+
+class UpdateModelOut(BaseModel):
+    """When the feed changes, as the proxy has learnt it (docs/discovery.md, "The update model")."""
+
+    kind: Literal["prior", "poisson", "seasonal", "periodic"]
+    """``prior`` until the feed has data of its own, then the model chosen on held-out likelihood."""
+    rate_per_hour: float
+    next_expected_at: dt.datetime | None
+    """The expected time of the feed's next update."""
+    observations: int
+    updates: int
+
+    @classmethod
+    def of(cls, est: FeedModelEstimate) -> UpdateModelOut:
+        nxt = est.next_expected
+        return cls(
+            kind=est.kind,
+            rate_per_hour=est.rate_per_hour,
+            next_expected_at=dt.datetime.fromtimestamp(nxt, dt.UTC) if math.isfinite(nxt) else None,
+            observations=est.observations,
+            updates=est.updates,
+        )
 
 
 class FeedOut(BaseModel):
@@ -36,6 +61,8 @@ class FeedOut(BaseModel):
     probes: int | None = None
     entries: int | None = None
     profiles: int | None = None
+    update_model: UpdateModelOut | None = None
+    """Shown by ``GET /api/v1/feeds/{id}`` (one feed), not in lists."""
 
     @classmethod
     def of(cls, registered: RegisteredFeed) -> FeedOut:

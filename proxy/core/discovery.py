@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["background_probes"]
+__all__ = ["background_probes", "rank_background"]
 
 
 def background_probes(
@@ -52,7 +52,6 @@ def background_probes(
         raise ValueError(f"budget must be >= 0, got {budget}")
     if budget == 0 or n == 0:
         return []
-    res = np.asarray(resources, dtype=np.int64)
     never = np.array([t is None for t in last_success], dtype=bool)
     last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
     elapsed = np.maximum(now - last, 0.0)
@@ -60,8 +59,29 @@ def background_probes(
     score = np.asarray(weight, dtype=np.float64) * -np.expm1(-lam * elapsed)
     score[never] = np.inf
     elapsed[never] = np.inf
+    return rank_background(budget, resources, score.tolist(), elapsed.tolist())
+
+
+def rank_background(
+    budget: int, resources: Sequence[int], score: Sequence[float], waited: Sequence[float]
+) -> list[int]:
+    """At most ``budget`` of ``resources`` by ``score``, best first; the ranking behind :func:`background_probes`.
+
+    For callers whose scores come from a richer model than a Poisson rate
+    (the service's per-feed update models: seasonal, near-periodic). Ties go
+    to the longer ``waited``, then to the smaller resource id; a score of 0
+    (nothing to gain) is never picked.
+    """
+    if not len(resources) == len(score) == len(waited):
+        raise ValueError("resources, score and waited must have the same length")
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    if budget == 0 or not resources:
+        return []
+    res = np.asarray(resources, dtype=np.int64)
+    sc = np.asarray(score, dtype=np.float64)
     # lexsort: the last key is the primary one; all ascending, so negate what ranks high.
-    order = np.lexsort((res, -elapsed, -score))
+    order = np.lexsort((res, -np.asarray(waited, dtype=np.float64), -sc))
     picked = order[:budget]
-    picked = picked[score[picked] > 0]  # a feed probed this very chronon has nothing new to show
+    picked = picked[sc[picked] > 0]  # a feed probed this very chronon has nothing new to show
     return [int(r) for r in res[picked]]

@@ -23,6 +23,11 @@ class FeedSlot:
     disabled: bool
     last_success: int | None = None
     """The chronon of the feed's last successful probe: new entries found later changed after it."""
+    last_success_at: float | None = None
+    """When that probe started (POSIX seconds), for the update model."""
+    mean_rate: float = 0.0
+    """Updates per second the model expects over the last week, refreshed at each probe:
+    the cheap first cut of the background ranking."""
 
     @classmethod
     def of(cls, feed: Feed) -> FeedSlot:

@@ -36,6 +36,9 @@ class ServiceMetrics:
         self.background_total = Counter(
             "proxy_background_probes",
             "Probes started with budget no EI needed, to find updates of watched feeds.", registry=r)
+        self.update_models = Gauge(
+            "proxy_update_models", "Feeds by the kind of update model learnt for them.", ["kind"],
+            registry=r)
         self.budget_offered_total = Counter(
             "proxy_budget_offered_probes", "Budget offered, summed over chronons.", registry=r)
         self.ceis = Gauge("proxy_ceis", "CEIs by state.", ["state"], registry=r)

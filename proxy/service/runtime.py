@@ -20,7 +20,14 @@ import structlog
 
 from proxy.core.engine import CeiCaptured, EiCaptured, Engine
 from proxy.errors import ValidationError
-from proxy.rules import OpenCei, ProfileSpec, RevealEi, TriggerEvaluator, UnknownFeedError
+from proxy.rules import (
+    FeedUpdateModels,
+    OpenCei,
+    ProfileSpec,
+    RevealEi,
+    TriggerEvaluator,
+    UnknownFeedError,
+)
 from proxy.rules.ports import ChrononMapping, Op
 from proxy.service._feeds import FeedTable
 from proxy.service._persist import AddCei, AddEi, Captured, Resolved, RuleStates, Seal, Step
@@ -102,6 +109,9 @@ class Runtime:
     tally: Tally = field(default_factory=Tally)
     evaluator: TriggerEvaluator = field(init=False)
     installed: set[str] = field(default_factory=set)  # profile ids in the evaluator
+    # When each feed changes, learnt from its documents, probes and pings (keyed by resource;
+    # times in POSIX seconds): what background probes spend the spare budget by.
+    models: FeedUpdateModels = field(default_factory=FeedUpdateModels)
 
     def __post_init__(self) -> None:
         self.evaluator = TriggerEvaluator(self.clock)

@@ -29,7 +29,7 @@ import structlog
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StorageError
 from proxy.feeds import Fetcher, FetcherSettings, NotModified, Ok, ProbePool, Prober, redact_url
-from proxy.rules import ProfileSpec, TriggerEvaluator
+from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
 from proxy.service.loop import ChrononLoop
@@ -46,6 +46,9 @@ from proxy.store import (
 )
 
 log = structlog.get_logger("proxy.service")
+
+UPDATE_MODELS_KEY = "update_models"
+MODEL_KINDS = ("prior", "poisson", "seasonal", "periodic")
 
 # Probe outcomes that saw the feed's state (a 304 confirms the copy held is current).
 SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
@@ -191,6 +194,8 @@ class ProxyService:
                 # When the last probe before the restart succeeded, it bounds the next change
                 # from below (the chronon it finished in: at most the one it counted for).
                 slot.last_success = clock.chronon_at(feed.last_probe_at)
+                slot.last_success_at = feed.last_probe_at.timestamp()
+        await self._restore_models(store, runtime)
         pending = await store.pending_ceis_with_eis()
         for cei in pending:
             writer.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
@@ -233,6 +238,9 @@ class ProxyService:
             await self._loop.stop()
         if self._writer is not None:
             await self._writer.stop()
+        if self._runtime is not None and self._store is not None:
+            with contextlib.suppress(StorageError):  # logged inside; never block a shutdown
+                await self.save_update_models()
         if self._fetcher is not None and self._own_fetcher:
             await self._fetcher.aclose()
         if self._store is not None and self._own_store:
@@ -269,8 +277,49 @@ class ProxyService:
                               max_instances=1, next_run_time=dt.datetime.now(dt.UTC))
         scheduler.add_job(self.refresh_feed_health, "interval", minutes=1, id="rollup",
                           coalesce=True, max_instances=1)
+        scheduler.add_job(self.save_update_models, "interval", minutes=5, id="update-models",
+                          coalesce=True, max_instances=1)
         scheduler.start()
         self._scheduler = scheduler
+
+    async def save_update_models(self) -> None:
+        """Persist every feed's update model (``service_state['update_models']``) and count kinds.
+
+        Every five minutes and at shutdown: a restart resumes the learning where it
+        stopped. The gauge ``proxy_update_models{kind}`` is refreshed at the same time.
+        """
+        rt = self.runtime
+        kinds: dict[str, int] = dict.fromkeys(MODEL_KINDS, 0)
+        for slot in rt.feeds.by_id.values():
+            learnt = rt.models.estimate(slot.resource).kind
+            kinds[learnt] = kinds.get(learnt, 0) + 1
+        for name, n in kinds.items():
+            self.metrics.update_models.labels(kind=name).set(n)
+        try:
+            await self.store.set_state(UPDATE_MODELS_KEY, rt.models.snapshot())
+        except StorageError as exc:
+            self.metrics.db_errors.inc()
+            log.error("update_models_not_saved", error=str(exc))
+            raise
+
+    async def _restore_models(self, store: Store, runtime: Runtime) -> None:
+        data = await store.get_state(UPDATE_MODELS_KEY)
+        if data is None:
+            return
+        try:
+            runtime.models.restore(data)
+        except UpdateModelStateError as exc:
+            # Learnt state only: start learning afresh rather than refuse to start.
+            log.warning("update_models_not_restored", reason=str(exc))
+            return
+        log.info("update_models_restored", feeds=len(runtime.models.feeds()))
+
+    def update_model(self, feed_id: int) -> FeedModelEstimate | None:
+        """The feed's update model now (``None``: the service does not probe this feed)."""
+        slot = self.runtime.feeds.by_id.get(feed_id)
+        if slot is None:
+            return None
+        return self.runtime.models.estimate(slot.resource, after=self.clock.now().timestamp())
 
     async def purge(self) -> None:
         """Retention: delete probes and uncaptured entries older than ``retention_days``."""
@@ -352,6 +401,7 @@ class ProxyService:
         if slot is None:
             raise FeedNotFoundError(feed_id)
         ops = rt.evaluator.on_notification(slot.resource, rt.engine.now, profiles)
+        rt.models.observe_ping(slot.resource, self.clock.now().timestamp())
         steps = rt.apply(ops)
         steps += rt.drain_all()
         steps += rt.rule_states()
