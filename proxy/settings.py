@@ -165,7 +165,23 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(
         default=True, description="Apply pending database migrations when the service starts."
     )
-
+    standby: Literal["wait", "exit"] = Field(
+        default="wait",
+        description=(
+            "What `proxy serve` does when another process already runs the chronon loop on the "
+            "same database: `wait` serves the API as a standby (`/readyz` answers 503 "
+            "`standby`) and takes over when the other stops or dies; `exit` exits with status 3."
+        ),
+    )
+    lease_ttl_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "How long the chronon loop's lease outlives its holder's last renewal (renewed every "
+            "third of it): a standby takes over this long after a kill -9. 0: two chronons, "
+            "at least 10 s (docs/operations.md)."
+        ),
+    )
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str) -> str:

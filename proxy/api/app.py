@@ -4,7 +4,8 @@ The lifespan starts the :class:`~proxy.service.ProxyService` (migrations, restor
 chronon loop) and stops it. Domain errors map to status codes in one place
 (style.md §4): NotFound → 404, Conflict → 409, Validation → 422 (``detail`` in
 FastAPI's shape: ``loc`` names the field, ``msg`` the reason), Auth → 401 with
-``WWW-Authenticate: Bearer``, Storage → 503. Route handlers hold no SQL and
+``WWW-Authenticate: Bearer``, Storage → 503, Standby → 503 (this process is a
+standby: another one runs the chronon loop). Route handlers hold no SQL and
 raise no ``HTTPException``.
 """
 
@@ -27,6 +28,7 @@ from proxy.errors import (
     ConflictError,
     NotFoundError,
     ProxyError,
+    StandbyError,
     StorageError,
     ValidationError,
 )
@@ -44,7 +46,7 @@ def _status_of(exc: ProxyError) -> int:
         return 422
     if isinstance(exc, AuthError):
         return 401
-    if isinstance(exc, StorageError):
+    if isinstance(exc, StorageError | StandbyError):
         return 503
     return 500
 
@@ -63,7 +65,7 @@ async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
         detail = [{"loc": parts, "msg": str(exc), "type": "value_error"}]
     elif code == 401:
         headers = {"WWW-Authenticate": "Bearer"}
-    elif code == 503:
+    elif code == 503 and isinstance(exc, StorageError):
         service = request.app.state.service
         service.metrics.db_errors.inc()
     return JSONResponse({"detail": detail}, status_code=code, headers=headers)
@@ -107,9 +109,11 @@ def make_app(
 
     @app.get("/readyz", tags=["health"], response_model=ReadyOut)
     async def readyz(service: Service) -> JSONResponse:
-        """Ready: the database answers and the chronon loop ticked recently (503 otherwise)."""
+        """Ready: the database answers, this process runs the chronon loop and it ticked
+        recently. 503 otherwise; ``status`` says ``standby`` when another process runs the loop."""
         st = await service.status()
-        body = ReadyOut(ready=st.ready, database=st.database, ticking=st.ticking, chronon=st.chronon,
+        body = ReadyOut(status=st.status, role=st.role, epoch=st.epoch, ready=st.ready,
+                        database=st.database, ticking=st.ticking, chronon=st.chronon,
                         inflight=st.inflight, backlog=st.backlog, detail=st.detail)
         return JSONResponse(body.model_dump(), status_code=200 if st.ready else 503)
 

@@ -6,7 +6,8 @@ Public API::
     upgrade_database(url)                 # apply migrations (service start, `proxy db upgrade`)
     Store.from_url(url) / Store(engine)   # every query the service and API need
     records: User, Feed, FeedHealth, Profile, Rule, Cei, Ei, Entry, CapturedEntry, Probe,
-             MetricsSummary, ProfileCompleteness, PurgeResult, ProbeRecord
+             MetricsSummary, ProfileCompleteness, PurgeResult, ProbeRecord,
+             Lease (who runs the chronon loop: holder, epoch, expiry)
     inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
              ProbeItem (one probe's inputs to record_probes)
 
@@ -15,6 +16,7 @@ HTTP or rule semantics.
 """
 
 from proxy.store._engine import make_engine
+from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
 from proxy.store._types import (
     CEI_STATES,
@@ -56,6 +58,7 @@ __all__ = [
     "Feed",
     "FeedHealth",
     "FeedUpdate",
+    "Lease",
     "MetricsSummary",
     "NewEi",
     "NewEntry",
