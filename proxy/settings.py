@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pydantic
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proxy.errors import SettingsError
@@ -182,6 +182,21 @@ class Settings(BaseSettings):
             "at least 10 s (docs/operations.md)."
         ),
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description=(
+            "If set, `/metrics` answers 401 unless the request sends "
+            "`Authorization: Bearer <token>` (Prometheus: `authorization.credentials_file`). "
+            "`/metrics` is meant for an internal network either way."
+        ),
+    )
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _no_empty_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # An empty PROXY_METRICS_TOKEN= line means "no token", not "the empty token".
+        return value if value is not None and value.get_secret_value().strip() else None
+
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str) -> str:

@@ -7,10 +7,14 @@ FastAPI's shape: ``loc`` names the field, ``msg`` the reason), Auth → 401 with
 ``WWW-Authenticate: Bearer``, Storage → 503, Standby → 503 (this process is a
 standby: another one runs the chronon loop). Route handlers hold no SQL and
 raise no ``HTTPException``.
+
+``/metrics`` is meant for an internal network (Prometheus next to the proxy);
+with ``PROXY_METRICS_TOKEN`` set it also wants ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -117,10 +121,18 @@ def make_app(
                         inflight=st.inflight, backlog=st.backlog, detail=st.detail)
         return JSONResponse(body.model_dump(), status_code=200 if st.ready else 503)
 
+    token = settings.metrics_token.get_secret_value().encode() if settings.metrics_token else None
+
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    async def metrics(service: Service) -> PlainTextResponse:
-        """Prometheus text exposition of this service's registry."""
+    async def metrics(service: Service, request: Request) -> PlainTextResponse:
+        """Prometheus text exposition of this service's registry (internal: see PROXY_METRICS_TOKEN)."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        if token is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            # Constant-time comparison: the token must not leak through response timing.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
+                raise AuthError("/metrics needs 'Authorization: Bearer <PROXY_METRICS_TOKEN>'")
 
         return PlainTextResponse(generate_latest(service.metrics.registry),
                                  media_type=CONTENT_TYPE_LATEST)
