@@ -174,7 +174,7 @@ async def test_a_standby_takes_over_when_the_holder_dies_and_the_old_holder_step
         await asyncio.sleep(0.02)
     assert [epoch for _, epoch in ev_b.elected] == [2]
     took = ev_b.elected[0][0] - died
-    assert took <= ttl + 0.3, took
+    assert took <= ttl + 0.5, took  # expiry + the standby's wake-up slack + scheduling
     assert b.holds()
     # a wakes up (a long GC pause, a frozen VM): its next renewal finds the lease taken.
     assert a.holds() is False  # its own deadline passed: no tick would have run meanwhile
