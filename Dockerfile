@@ -6,6 +6,7 @@ WORKDIR /src
 RUN pip install --no-cache-dir --upgrade pip wheel
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
+# The service only: no `sim` extra (scipy, matplotlib, tqdm serve the simulator and reports).
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim AS runtime

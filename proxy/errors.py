@@ -7,7 +7,7 @@ generic code (``except LookupError``) keeps working.
 
 The API layer maps these to HTTP status codes in ONE exception handler
 (``NotFoundError`` → 404, ``ConflictError`` → 409, ``ValidationError`` → 422,
-``AuthError`` → 401, ``StorageError`` → 503); services never raise
+``AuthError`` → 401, ``StorageError`` and ``StandbyError`` → 503); services never raise
 ``HTTPException``. This module deliberately knows nothing about HTTP.
 
 ``proxy.core.model.WorkloadError`` stays a plain ``ValueError`` on purpose:
@@ -24,6 +24,7 @@ __all__ = [
     "ProfileNotFoundError",
     "ProxyError",
     "SettingsError",
+    "StandbyError",
     "StorageError",
     "ValidationError",
 ]
@@ -78,3 +79,16 @@ class StorageError(ProxyError):
 
 class AuthError(ProxyError):
     """Missing, malformed, unknown or revoked API key."""
+
+
+class StandbyError(ProxyError):
+    """Another process holds the chronon loop's lease on this database.
+
+    Raised by changes only the loop's holder may make (a standby answers reads
+    only), and at start-up with ``PROXY_STANDBY=exit``. ``holder`` names the
+    lease's holder when known.
+    """
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        self.holder = holder
+        super().__init__(message)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pydantic
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proxy.errors import SettingsError
@@ -165,6 +165,37 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(
         default=True, description="Apply pending database migrations when the service starts."
     )
+    standby: Literal["wait", "exit"] = Field(
+        default="wait",
+        description=(
+            "What `proxy serve` does when another process already runs the chronon loop on the "
+            "same database: `wait` serves the API as a standby (`/readyz` answers 503 "
+            "`standby`) and takes over when the other stops or dies; `exit` exits with status 3."
+        ),
+    )
+    lease_ttl_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "How long the chronon loop's lease outlives its holder's last renewal (renewed every "
+            "third of it): a standby takes over this long after a kill -9. 0: two chronons, "
+            "at least 10 s (docs/operations.md)."
+        ),
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description=(
+            "If set, `/metrics` answers 401 unless the request sends "
+            "`Authorization: Bearer <token>` (Prometheus: `authorization.credentials_file`). "
+            "`/metrics` is meant for an internal network either way."
+        ),
+    )
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _no_empty_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # An empty PROXY_METRICS_TOKEN= line means "no token", not "the empty token".
+        return value if value is not None and value.get_secret_value().strip() else None
 
     @field_validator("database_url")
     @classmethod

@@ -42,7 +42,7 @@ def test_proxy_waits_for_a_healthy_database_and_is_configured_by_environment() -
     assert env["PROXY_DATABASE_URL"].startswith("postgresql+asyncpg://")
     for name in ("PROXY_CHRONON_SECONDS", "PROXY_BUDGET", "PROXY_POLICY", "PROXY_ALLOW_PRIVATE_NETWORKS"):
         assert name in env
-    assert "8000:8000" in proxy["ports"]
+    assert "${PROXY_BIND:-127.0.0.1}:8000:8000" in proxy["ports"]
     assert "/healthz" in " ".join(proxy["healthcheck"]["test"])
 
 
@@ -73,6 +73,99 @@ def test_prometheus_scrapes_the_proxy_metrics_endpoint() -> None:
     jobs = {job["job_name"]: job for job in prom["scrape_configs"]}
     assert jobs["proxy"]["metrics_path"] == "/metrics"
     assert jobs["proxy"]["static_configs"][0]["targets"] == ["proxy:8000"]
+
+
+def test_prometheus_sends_the_metrics_token_from_the_compose_secret() -> None:
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text(encoding="utf-8"))
+    auth = {job["job_name"]: job for job in prom["scrape_configs"]}["proxy"]["authorization"]
+    assert auth["type"] == "Bearer"
+    compose = _compose()
+    secret = Path(auth["credentials_file"])
+    assert secret.parent == Path("/run/secrets")  # where compose mounts secrets
+    assert secret.name in compose["services"]["prometheus"]["secrets"]
+    # The secret and the proxy's token are the same .env variable.
+    assert compose["secrets"][secret.name] == {"environment": "PROXY_METRICS_TOKEN"}
+    assert compose["services"]["proxy"]["environment"]["PROXY_METRICS_TOKEN"].startswith(
+        "${PROXY_METRICS_TOKEN:?")
+
+
+# --------------------------------------------------------------------------- safe defaults
+
+_REQUIRED = re.compile(r"\$\{([A-Z0-9_]+):\?[^}]+\}")
+_ANY_REF = re.compile(r"\$\{([A-Z0-9_]+)")
+
+
+def test_published_ports_bind_to_localhost_by_default() -> None:
+    published = [(name, port) for name, svc in _compose()["services"].items()
+                 for port in svc.get("ports", [])]
+    assert {name for name, _ in published} == {"proxy", "prometheus", "grafana"}
+    for name, port in published:
+        assert isinstance(port, str), f"{name}: write ports as quoted strings"
+        host = port.rsplit(":", 2)[0]
+        assert host in ("127.0.0.1", "${PROXY_BIND:-127.0.0.1}"), f"{name} publishes {port}"
+
+
+def _secret_like(key: str) -> bool:
+    return any(word in key.upper() for word in ("PASSWORD", "TOKEN", "SECRET"))
+
+
+def test_no_literal_password_in_compose_and_missing_ones_fail_loudly() -> None:
+    services = _compose()["services"]
+    secrets = []
+    for name, svc in services.items():
+        for key, value in svc.get("environment", {}).items():
+            if _secret_like(key):
+                secrets.append(key)
+                assert _REQUIRED.fullmatch(str(value)), f"{name}.{key} = {value!r}: use ${{VAR:?…}}"
+    assert {"POSTGRES_PASSWORD", "GF_SECURITY_ADMIN_PASSWORD", "PROXY_METRICS_TOKEN"} <= set(secrets)
+    # The database URL's password is the same required variable, not a literal.
+    url = services["proxy"]["environment"]["PROXY_DATABASE_URL"]
+    credentials = url.split("://", 1)[1].split("@", 1)[0]
+    user, password = credentials.split(":", 1)
+    assert user == "proxy" and _REQUIRED.fullmatch(password), url
+    text = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    assert "admin:admin" not in text and "proxy:proxy@" not in text
+
+
+def _env_example() -> dict[str, str]:
+    values = {}
+    for line in (ROOT / ".env.example").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep, f".env.example: not KEY=value: {line!r}"
+            values[key.strip()] = value.strip()
+    return values
+
+
+def test_env_example_lists_every_variable_compose_reads_with_placeholders_only() -> None:
+    text = "\n".join(line for line in (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+                     .splitlines() if not line.lstrip().startswith("#"))
+    example = _env_example()
+    referenced = set(_ANY_REF.findall(text)) | {
+        s["environment"] for s in _compose().get("secrets", {}).values() if "environment" in s}
+    assert referenced, "compose reads no variable"
+    assert referenced <= set(example), f"missing in .env.example: {sorted(referenced - set(example))}"
+    for name in set(_REQUIRED.findall(text)):
+        # Required ones ship empty, so a copied .env without them fails loudly, never with a
+        # well-known default password.
+        assert example[name] == "", f"{name} in .env.example should be empty"
+    assert example["PROXY_BIND"] == "127.0.0.1"
+    comments = (ROOT / ".env.example").read_text(encoding="utf-8")
+    assert "cp .env.example .env" in comments and ".gitignore" in comments
+
+
+def test_env_is_ignored_by_git_and_the_example_is_not() -> None:
+    patterns = [line.strip() for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()]
+    assert ".env" in patterns
+    assert not any(p.startswith(".env") and p != ".env" for p in patterns)
+    assert not any(p in ("*.example", ".env*", "*") for p in patterns)
+
+
+def test_grafana_has_no_anonymous_access_and_its_password_comes_from_env() -> None:
+    env = _compose()["services"]["grafana"]["environment"]
+    assert str(env["GF_AUTH_ANONYMOUS_ENABLED"]).lower() == "false"
+    assert str(env["GF_USERS_ALLOW_SIGN_UP"]).lower() == "false"
+    assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
 
 
 def test_grafana_provisions_prometheus_and_the_dashboard() -> None:

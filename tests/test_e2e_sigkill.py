@@ -49,6 +49,9 @@ def _env(database_url: str) -> dict[str, str]:
         "PROXY_HTTP_TOTAL_TIMEOUT_SECONDS": "60",
         "PROXY_HTTP_READ_TIMEOUT_SECONDS": "60",
         "PROXY_LOG_FORMAT": "json",
+        # The killed process never releases the loop's lease: the restart takes it over when
+        # it expires, so keep that short here.
+        "PROXY_LEASE_TTL_SECONDS": "1",
     })
     return env
 

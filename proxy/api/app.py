@@ -4,12 +4,17 @@ The lifespan starts the :class:`~proxy.service.ProxyService` (migrations, restor
 chronon loop) and stops it. Domain errors map to status codes in one place
 (style.md §4): NotFound → 404, Conflict → 409, Validation → 422 (``detail`` in
 FastAPI's shape: ``loc`` names the field, ``msg`` the reason), Auth → 401 with
-``WWW-Authenticate: Bearer``, Storage → 503. Route handlers hold no SQL and
+``WWW-Authenticate: Bearer``, Storage → 503, Standby → 503 (this process is a
+standby: another one runs the chronon loop). Route handlers hold no SQL and
 raise no ``HTTPException``.
+
+``/metrics`` is meant for an internal network (Prometheus next to the proxy);
+with ``PROXY_METRICS_TOKEN`` set it also wants ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,6 +32,7 @@ from proxy.errors import (
     ConflictError,
     NotFoundError,
     ProxyError,
+    StandbyError,
     StorageError,
     ValidationError,
 )
@@ -44,7 +50,7 @@ def _status_of(exc: ProxyError) -> int:
         return 422
     if isinstance(exc, AuthError):
         return 401
-    if isinstance(exc, StorageError):
+    if isinstance(exc, StorageError | StandbyError):
         return 503
     return 500
 
@@ -63,7 +69,7 @@ async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
         detail = [{"loc": parts, "msg": str(exc), "type": "value_error"}]
     elif code == 401:
         headers = {"WWW-Authenticate": "Bearer"}
-    elif code == 503:
+    elif code == 503 and isinstance(exc, StorageError):
         service = request.app.state.service
         service.metrics.db_errors.inc()
     return JSONResponse({"detail": detail}, status_code=code, headers=headers)
@@ -107,16 +113,26 @@ def make_app(
 
     @app.get("/readyz", tags=["health"], response_model=ReadyOut)
     async def readyz(service: Service) -> JSONResponse:
-        """Ready: the database answers and the chronon loop ticked recently (503 otherwise)."""
+        """Ready: the database answers, this process runs the chronon loop and it ticked
+        recently. 503 otherwise; ``status`` says ``standby`` when another process runs the loop."""
         st = await service.status()
-        body = ReadyOut(ready=st.ready, database=st.database, ticking=st.ticking, chronon=st.chronon,
+        body = ReadyOut(status=st.status, role=st.role, epoch=st.epoch, ready=st.ready,
+                        database=st.database, ticking=st.ticking, chronon=st.chronon,
                         inflight=st.inflight, backlog=st.backlog, detail=st.detail)
         return JSONResponse(body.model_dump(), status_code=200 if st.ready else 503)
 
+    token = settings.metrics_token.get_secret_value().encode() if settings.metrics_token else None
+
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    async def metrics(service: Service) -> PlainTextResponse:
-        """Prometheus text exposition of this service's registry."""
+    async def metrics(service: Service, request: Request) -> PlainTextResponse:
+        """Prometheus text exposition of this service's registry (internal: see PROXY_METRICS_TOKEN)."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        if token is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            # Constant-time comparison: the token must not leak through response timing.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
+                raise AuthError("/metrics needs 'Authorization: Bearer <PROXY_METRICS_TOKEN>'")
 
         return PlainTextResponse(generate_latest(service.metrics.registry),
                                  media_type=CONTENT_TYPE_LATEST)

@@ -205,6 +205,12 @@ class MetricsSummaryOut(BaseModel):
 
 
 class ReadyOut(BaseModel):
+    """``/readyz``: ``status`` is ``ready`` (200), ``standby`` (503: another process runs the
+    chronon loop; this one answers reads and takes over if it stops) or ``unavailable`` (503)."""
+
+    status: Literal["ready", "standby", "unavailable"]
+    role: Literal["leader", "standby"]
+    epoch: int | None = None
     ready: bool
     database: bool
     ticking: bool

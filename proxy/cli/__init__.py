@@ -62,4 +62,13 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except ModuleNotFoundError as exc:  # scipy, matplotlib or tqdm without the `sim` extra
+        from proxy.extras import missing_extra_message
+
+        message = missing_extra_message(exc)
+        if message is None:
+            raise
+        typer.echo(f"error: {message}", err=True)
+        raise SystemExit(1) from None

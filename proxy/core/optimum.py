@@ -125,8 +125,14 @@ def lp_bound(
 def _solve(
     workload: Workload, *, integral: bool, time_limit: float | None, max_variables: int
 ) -> OptimumResult:
-    from scipy.optimize import LinearConstraint, milp
-    from scipy.sparse import coo_array
+    try:
+        from scipy.optimize import LinearConstraint, milp
+        from scipy.sparse import coo_array
+    except ImportError as exc:
+        # scipy is in the `sim` extra, not a dependency of the service (pyproject.toml).
+        raise ModuleNotFoundError(
+            "the exact optimum and lp-bound need scipy (HiGHS), which comes with the 'sim' "
+            "extra: pip install 'feed-monitoring-proxy[sim]'", name="scipy") from exc
 
     k = workload.chronons
     model = _build(workload)

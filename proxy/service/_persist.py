@@ -142,6 +142,9 @@ class Writer:
     A step that fails with :class:`StorageError` is retried ``retries`` times
     with a short pause, then dropped with an error log line (the loop must go on
     while the database is briefly away; ``proxy_db_errors`` tells).
+
+    ``guard``, when given, is asked before every round: while it says no (the
+    loop's lease was not renewed in time) the round is dropped, not written.
     """
 
     store: Store
@@ -149,6 +152,7 @@ class Writer:
     retries: int = 3
     max_round: int = 1000  # batches per round at most
     stop_timeout: float = 30.0
+    guard: Callable[[], bool] | None = None
     # (cei id) -> ordinal -> store EI id, for CEIs whose EIs may still be captured.
     ei_ids: dict[str, dict[int, int]] = field(default_factory=dict)
     _queue: asyncio.Queue[Sequence[Step]] = field(default_factory=asyncio.Queue)
@@ -186,6 +190,22 @@ class Writer:
             await self._task
         self._task = None
 
+    async def abort(self) -> None:
+        """Stop at once and drop what is queued: this process lost the loop's lease, and a
+        stale leader's decisions must not reach the database (the new leader decides again)."""
+        dropped = 0
+        while not self._queue.empty():
+            self._queue.get_nowait()
+            self._queue.task_done()
+            dropped += 1
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if dropped:
+            log.warning("writer_aborted", batches=dropped)
+
     async def _run(self) -> None:
         while True:
             batches = [await self._queue.get()]
@@ -194,7 +214,10 @@ class Writer:
             while len(batches) < self.max_round and not self._queue.empty():
                 batches.append(self._queue.get_nowait())
             try:
-                await self._round([step for batch in batches for step in batch])
+                if self.guard is not None and not self.guard():
+                    log.error("writes_dropped_without_lease", batches=len(batches))
+                else:
+                    await self._round([step for batch in batches for step in batch])
             except Exception:  # the writer must outlive any bug: log it and go on
                 log.exception("writer_round_failed")
             finally:

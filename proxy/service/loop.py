@@ -36,6 +36,7 @@ import datetime as dt
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,6 +82,9 @@ class ChrononLoop:
 
     ``max_inflight`` bounds the probes in flight (and being persisted): when
     slow feeds pile up, fewer new probes start rather than unbounded tasks.
+    ``guard``, when given, is asked before every tick of :meth:`run`: while it
+    says no (the loop's lease could not be renewed in time) the chronon is not
+    ticked, whatever the renewal task is doing.
     """
 
     runtime: Runtime
@@ -92,6 +96,7 @@ class ChrononLoop:
     budget: int
     policy: Policy
     max_inflight: int = 0
+    guard: Callable[[], bool] | None = None
     last_tick: float | None = None  # monotonic time of the last tick, for /readyz
     ticks: int = 0
     current: int | None = None
@@ -115,6 +120,10 @@ class ChrononLoop:
         t = first
         while True:
             jitter = await self.clock.sleep_until_chronon(t)
+            if self.guard is not None and not self.guard():
+                log.error("tick_refused_without_lease", chronon=t)
+                t = max(t + 1, self.clock.current())
+                continue
             began = time.perf_counter()
             try:
                 self.tick(t, jitter)

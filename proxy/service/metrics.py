@@ -53,6 +53,13 @@ class ServiceMetrics:
         self.inflight = Gauge("proxy_inflight_probes", "Probes currently in flight.", registry=r)
         self.db_errors = Counter("proxy_db_errors", "Database errors seen by the service.", registry=r)
         self.chronon = Gauge("proxy_chronon", "The current chronon number.", registry=r)
+        self.leader = Gauge(
+            "proxy_leader", "1 while this process holds the chronon loop's lease, 0 as a standby.",
+            registry=r)
+        self.lease_epoch = Gauge(
+            "proxy_lease_epoch", "Epoch of the loop lease this process holds (0: none).", registry=r)
+        self.leader_changes = Counter(
+            "proxy_leader_changes", "Times this process took or lost the loop's lease.", registry=r)
         for outcome in PROBE_OUTCOMES:
             self.probes.labels(outcome=outcome)
         for state in CEI_STATES:

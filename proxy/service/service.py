@@ -5,10 +5,18 @@ Anything that changes the engine's or the evaluator's state goes through here
 happen on the event loop in one order with the loop's own. Reads that touch
 only the database (listings, CEIs, metrics summary) go to :attr:`store`.
 
-Start-up (:meth:`ProxyService.start`): migrate (``migrate_on_start``), load or
-persist the chronon origin (so numbering continues after a restart), restore
-feeds, profiles with their rule states and pending CEIs (:meth:`Runtime.restore`),
-then start the writer, the chronon loop and the APScheduler housekeeping jobs.
+Start-up (:meth:`ProxyService.start`): migrate (``migrate_on_start``), take the
+chronon loop's lease (:mod:`proxy.service.leader`; one loop per database), and as
+its holder load or persist the chronon origin (so numbering continues after a
+restart), restore feeds, profiles with their rule states and pending CEIs
+(:meth:`Runtime.restore`), then start the writer, the chronon loop and the
+APScheduler housekeeping jobs.
+
+When another process holds the lease, this one is a standby (``PROXY_STANDBY=wait``):
+it answers reads, refuses changes with :class:`StandbyError` (503), and does the
+same restore when it wins the lease. A holder that loses its lease stops probing
+and writing at once and becomes a standby again. ``PROXY_STANDBY=exit`` makes
+:meth:`ProxyService.start` raise :class:`StandbyError` instead.
 
 What it does not do: speak HTTP (``proxy.api``) or parse settings (``proxy.settings``).
 """
@@ -22,21 +30,23 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
 from proxy.core.policies import get_policy
-from proxy.errors import AuthError, FeedNotFoundError, StorageError
+from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
 from proxy.feeds import Fetcher, FetcherSettings, NotModified, Ok, ProbePool, Prober, redact_url
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
+from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
 from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
 from proxy.store import (
+    Lease,
     Profile,
     RegisteredFeed,
     Registration,
@@ -58,7 +68,8 @@ ORIGIN_KEY = "chronon_origin"
 
 @dataclass(frozen=True, slots=True)
 class ServiceStatus:
-    """What ``/readyz`` reports."""
+    """What ``/readyz`` reports. ``role``: ``leader`` runs the chronon loop, ``standby`` waits
+    for its lease; ``epoch`` is the lease's epoch (``None`` without a lease)."""
 
     database: bool
     ticking: bool
@@ -66,10 +77,18 @@ class ServiceStatus:
     inflight: int
     backlog: int
     detail: str = ""
+    role: Literal["leader", "standby"] = "leader"
+    epoch: int | None = None
 
     @property
     def ready(self) -> bool:
-        return self.database and self.ticking
+        return self.database and self.ticking and self.role == "leader"
+
+    @property
+    def status(self) -> Literal["ready", "standby", "unavailable"]:
+        if self.ready:
+            return "ready"
+        return "standby" if self.role == "standby" and self.database else "unavailable"
 
 
 def fetcher_settings(settings: Settings) -> FetcherSettings:
@@ -92,7 +111,8 @@ class ProxyService:
     ``store``/``fetcher`` may be injected (the service then does not close
     them); ``wall`` is the wall clock the chronon clock reads (tests);
     ``run_loop=False`` restores everything but does not tick (tests drive
-    :meth:`ChrononLoop.tick` themselves).
+    :meth:`ChrononLoop.tick` themselves). ``lease`` (default: ``run_loop``): take
+    the chronon loop's lease first; without it the service always leads.
     """
 
     def __init__(
@@ -105,6 +125,7 @@ class ProxyService:
         wall: Callable[[], float] = time.time,
         run_loop: bool = True,
         housekeeping: bool = True,
+        lease: bool | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
@@ -115,6 +136,9 @@ class ProxyService:
         self._wall = wall
         self._run_loop = run_loop
         self._housekeeping = housekeeping
+        self._use_lease = run_loop if lease is None else lease
+        self._leader: Leader | None = None
+        self._leader_task: asyncio.Task[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._scheduler: Any = None
         self._runtime: Runtime | None = None
@@ -143,14 +167,24 @@ class ProxyService:
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
-            raise RuntimeError("ProxyService is not started")
+            raise RuntimeError("ProxyService is not started or is a standby")
         return self._runtime
 
     @property
     def loop(self) -> ChrononLoop:
         if self._loop is None:
-            raise RuntimeError("ProxyService is not started")
+            raise RuntimeError("ProxyService is not started or is a standby")
         return self._loop
+
+    @property
+    def leader(self) -> Leader | None:
+        """The lease keeper (``None`` when the service runs without a lease)."""
+        return self._leader
+
+    @property
+    def leading(self) -> bool:
+        """Whether this process runs the chronon loop (holds the lease, or runs without one)."""
+        return self._runtime is not None
 
     @property
     def fetcher(self) -> Prober:
@@ -166,24 +200,110 @@ class ProxyService:
         return self._clock
 
     async def start(self) -> None:
+        """Open the store and the fetcher, then lead (restore and tick) or stand by.
+
+        Raises :class:`StandbyError` with ``PROXY_STANDBY=exit`` when another
+        process holds the loop's lease (everything opened is closed again).
+        """
         s = self.settings
         if s.migrate_on_start:
             await upgrade_database(s.database_url)
         if self._store is None:
             self._store = Store.from_url(s.database_url)
         store = self._store
-        if self._fetcher is None:
-            if s.probe_processes:
-                pool = ProbePool(fetcher_settings(s), processes=s.probe_processes)
-                await pool.__aenter__()
-                self._fetcher = pool
+        try:
+            if self._fetcher is None:
+                if s.probe_processes:
+                    pool = ProbePool(fetcher_settings(s), processes=s.probe_processes)
+                    await pool.__aenter__()
+                    self._fetcher = pool
+                else:
+                    fetcher = Fetcher(fetcher_settings(s))
+                    await fetcher.__aenter__()
+                    self._fetcher = fetcher
+            if not self._use_lease:
+                await self._lead(None)
+                return
+            leader = self._leader = Leader(
+                store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
+                on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
+            lease = await leader.acquire()
+            if lease is not None:
+                await self._lead(lease)
+            elif s.standby == "exit":
+                seen = leader.seen
+                raise StandbyError(
+                    f"another `proxy serve` runs the chronon loop on this database "
+                    f"({_describe_lease(seen)}); PROXY_STANDBY=exit, so this one exits "
+                    f"(PROXY_STANDBY=wait keeps it as a standby that takes over when the other "
+                    f"stops)", seen.holder if seen else None)
             else:
-                fetcher = Fetcher(fetcher_settings(s))
-                await fetcher.__aenter__()
-                self._fetcher = fetcher
+                await self._stand_by()
+            self._leader_task = asyncio.create_task(leader.run(), name="proxy-lease")
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _take_over(self, lease: Lease) -> None:
+        """Won the lease as a standby: restore from the database as a restart does, and tick."""
+        self.metrics.leader_changes.inc()
+        await self._lead(lease)
+
+    async def _stand_by(self) -> None:
+        """Serve reads only: the chronon origin is read (never written) for the API's times."""
+        store = self.store
+        seen = self._leader.seen if self._leader is not None else None
+        saved = await store.get_state(ORIGIN_KEY)
+        length = self.settings.chronon_seconds
+        if saved is not None and float(saved["length"]) == length:
+            origin = dt.datetime.fromisoformat(saved["origin"])
+        else:  # provisional until this process leads (the holder owns the origin)
+            origin = dt.datetime.fromtimestamp(self._wall(), dt.UTC)
+        self._clock = ChrononClock(origin, length, wall=self._wall)
+        self.metrics.leader.set(0)
+        self.metrics.lease_epoch.set(0)
+        log.warning("standby", lease=_describe_lease(seen),
+                    standby=self.settings.standby, chronon_seconds=length)
+
+    async def _step_down(self, reason: str) -> None:
+        """The lease is lost: stop ticking, probing and writing NOW, then stand by.
+
+        Everything is cancelled before the first await, so no tick or probe of
+        this process runs after the loss is known; queued writes are dropped
+        (the new holder restores from the database and decides again).
+        """
+        loop_task, loop, writer = self._loop_task, self._loop, self._writer
+        self._loop_task = None
+        self._runtime = None
+        self._loop = None
+        self._writer = None
+        if loop_task is not None:
+            loop_task.cancel()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        self.metrics.leader_changes.inc()
+        if loop is not None:
+            await loop.stop()
+        if writer is not None:
+            await writer.abort()
+        if loop_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task
+        gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
+        # The clock stays: the origin it holds is the database's (this process persisted it).
+        self.metrics.leader.set(0)
+        self.metrics.lease_epoch.set(0)
+        log.error("stepped_down", reason=reason)
+
+    async def _lead(self, lease: Lease | None) -> None:
+        """Restore from the database and start the writer, the loop and housekeeping."""
+        s = self.settings
+        store = self.store
         self._clock = clock = await self._load_clock(store)
-        runtime = self._runtime = Runtime(clock)
-        self._writer = writer = Writer(store, self.metrics)
+        runtime = Runtime(clock)
+        leader = self._leader
+        writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None)
         collected = await store.collect_unregistered_feeds()
         if collected:
             # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
@@ -213,19 +333,30 @@ class ProxyService:
         writer.start()
         writer.submit(steps)
         self._loop = ChrononLoop(
-            runtime, store, writer, self._fetcher, clock, self.metrics,
+            runtime, store, writer, self.fetcher, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
+            guard=leader.holds if leader is not None else None,
         )
+        self._runtime, self._writer = runtime, writer
+        self.metrics.leader.set(1)
+        self.metrics.lease_epoch.set(lease.epoch if lease is not None else 0)
         log.info("service_started", chronon=now, feeds=len(runtime.feeds),
                  profiles=len(runtime.evaluator.profile_ids()), pending_ceis=len(pending),
-                 policy=s.policy, budget=s.budget, chronon_seconds=s.chronon_seconds)
+                 policy=s.policy, budget=s.budget, chronon_seconds=s.chronon_seconds,
+                 lease_epoch=lease.epoch if lease is not None else None)
         if self._run_loop:
             self._loop_task = asyncio.create_task(self._loop.run(now), name="proxy-chronon-loop")
         if self._housekeeping:
             self._start_housekeeping()
 
     async def stop(self) -> None:
-        """Stop ticking, cancel probes in flight, write what is queued, close what we opened."""
+        """Stop ticking, cancel probes in flight, write what is queued, give the lease up
+        (a standby takes over at once), close what we opened."""
+        if self._leader_task is not None:
+            self._leader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._leader_task
+            self._leader_task = None
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
@@ -241,6 +372,8 @@ class ProxyService:
         if self._runtime is not None and self._store is not None:
             with contextlib.suppress(StorageError):  # logged inside; never block a shutdown
                 await self.save_update_models()
+        if self._leader is not None:
+            await self._leader.release()
         if self._fetcher is not None and self._own_fetcher:
             await self._fetcher.aclose()
         if self._store is not None and self._own_store:
@@ -340,7 +473,9 @@ class ProxyService:
             self.metrics.db_errors.inc()
             log.error("rollup_failed", error=str(exc))
             return
-        table = self.runtime.feeds
+        if self._runtime is None:
+            return  # stepped down meanwhile
+        table = self._runtime.feeds
         for feed in feeds:
             slot = table.by_id.get(feed.id)
             if slot is not None:
@@ -355,9 +490,9 @@ class ProxyService:
         Returns ``(feed, created)``; ``created`` is whether the *user's* registration is new.
         Users who register the same (normalised) URL share one feed, fetched once per probe.
         """
-        assert self._fetcher is not None
+        self._require_leader()
         url = url.strip()
-        await self._fetcher.check_url(url)
+        await self.fetcher.check_url(url)
         registered, created = await self.store.register_feed_for(user_id, url)
         feed = registered.feed
         if feed.id not in self.runtime.feeds.by_id:
@@ -370,6 +505,7 @@ class ProxyService:
     async def delete_feed(self, user_id: int, feed_id: int) -> None:
         """Delete the user's registration (:class:`ConflictError` while their rules read it);
         the shared feed leaves the engine with its last registration."""
+        self._require_leader()
         gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
             self.runtime.feeds.remove(feed_id)
@@ -377,6 +513,7 @@ class ProxyService:
 
     async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
         """A new ping token for the user's registration; the old one stops working."""
+        self._require_leader()
         registration = await self.store.rotate_ping_token(user_id, feed_id)
         log.info("ping_token_rotated", feed=feed_id, user=user_id)
         return registration
@@ -390,6 +527,7 @@ class ProxyService:
         The proxy still has to fetch: a ping only opens or grows CEIs (rules with
         ``on: ping`` and watch rules); the loop schedules the probes.
         """
+        self._require_leader()
         users = await self.store.ping_users(feed_id, token) if token else []
         if not users:
             if feed_id not in self.runtime.feeds.by_id:
@@ -413,7 +551,7 @@ class ProxyService:
 
     async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
         """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
-        rt = self.runtime
+        rt = self._require_leader()
         await self._check(user_id, spec)
         async with self._lock:
             profile = await self.store.create_profile(user_id, spec.name, _rule_inputs(spec))
@@ -428,7 +566,7 @@ class ProxyService:
 
     async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
         """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
-        rt = self.runtime
+        rt = self._require_leader()
         # Another user's profile is 404 before anything about its body (feeds) is said.
         await self.store.get_profile(user_id, profile_id)
         await self._check(user_id, spec)
@@ -448,6 +586,7 @@ class ProxyService:
         TriggerEvaluator(rt.clock).add_profile("check", spec, rt.feeds.resource_of)
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        self._require_leader()
         async with self._lock:
             await self.store.delete_profile(user_id, profile_id)
             steps = self.runtime.uninstall(profile_id)
@@ -456,8 +595,19 @@ class ProxyService:
 
     # ------------------------------------------------------------------ status
 
+    def _require_leader(self) -> Runtime:
+        """The runtime, or :class:`StandbyError`: only the loop's holder changes feeds and
+        profiles (its engine and evaluator are the ones that must see the change)."""
+        if self._runtime is None:
+            seen = self._leader.seen if self._leader is not None else None
+            raise StandbyError(
+                f"this process is a standby ({_describe_lease(seen)}): send changes to the "
+                f"process whose /readyz answers 200", seen.holder if seen else None)
+        return self._runtime
+
     async def status(self) -> ServiceStatus:
-        """Database reachable and the loop ticking (a tick within the last three chronons)."""
+        """Database reachable and the loop ticking (a tick within the last three chronons);
+        ``role`` says whether this process leads or stands by."""
         detail = ""
         try:
             await self.store.ping()
@@ -472,6 +622,11 @@ class ProxyService:
             and last is not None
             and time.monotonic() - last < max(3 * self.settings.chronon_seconds, 1.0)
         )
+        leader = self._leader
+        role: Literal["leader", "standby"] = "leader" if self.leading else "standby"
+        if role == "standby" and not detail:
+            detail = f"standby: {_describe_lease(leader.seen if leader is not None else None)}"
+        lease = leader.lease if leader is not None else None
         return ServiceStatus(
             database=database,
             ticking=bool(ticking),
@@ -479,6 +634,8 @@ class ProxyService:
             inflight=loop.inflight if loop is not None else 0,
             backlog=self._writer.backlog if self._writer is not None else 0,
             detail=detail,
+            role=role,
+            epoch=lease.epoch if lease is not None else None,
         )
 
     async def flush(self) -> None:
@@ -496,3 +653,11 @@ def _rule_inputs(spec: ProfileSpec) -> list[RuleInput]:
         RuleInput(rule.name, rule.model_dump(mode="json", exclude_none=True), rule_feed_ids(spec, i))
         for i, rule in enumerate(spec.rules)
     ]
+
+
+def _describe_lease(lease: Lease | None) -> str:
+    """Who runs the loop, for messages: holder, epoch and expiry of the lease as last read."""
+    if lease is None or lease.holder is None:
+        return f"the {LOOP_LEASE} lease is free; this process will take it"
+    return (f"{LOOP_LEASE} lease held by {lease.holder}, epoch {lease.epoch}, "
+            f"until {lease.expires_at.isoformat(timespec='seconds')} unless renewed")

@@ -7,7 +7,7 @@ Public API::
     Store.from_url(url) / Store(engine)   # every query the service and API need
     records: User, Feed, Registration, RegisteredFeed, FeedHealth, Profile, Rule, Cei, Ei,
              Entry, CapturedEntry, Probe, MetricsSummary, ProfileCompleteness, PurgeResult,
-             ProbeRecord
+             ProbeRecord, Lease (who runs the chronon loop: holder, epoch, expiry)
     inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
              ProbeItem (one probe's inputs to record_probes)
 
@@ -16,6 +16,7 @@ HTTP or rule semantics.
 """
 
 from proxy.store._engine import make_engine
+from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
 from proxy.store._types import (
     CEI_STATES,
@@ -59,6 +60,7 @@ __all__ = [
     "Feed",
     "FeedHealth",
     "FeedUpdate",
+    "Lease",
     "MetricsSummary",
     "NewEi",
     "NewEntry",

@@ -26,6 +26,9 @@ Tables
 ``captures``         which EI was captured by which probe, at which chronon.
 ``chronon_metrics``  per-chronon budget use and CEI outcomes.
 ``service_state``    small JSON values keyed by name (chronon origin, last chronon …).
+``leases``           named exclusive leases (``chronon-loop``: which process runs the loop);
+                     ``epoch`` grows by one at every acquisition and is never reused (fencing);
+                     ``holder`` is NULL once released. :mod:`proxy.store._lease` has the SQL.
 
 Time stamps are timezone-aware UTC on both backends (:class:`UTCDateTime`).
 This module holds no queries; :mod:`proxy.store._repository` does.
@@ -331,6 +334,17 @@ class ServiceStateRow(Base):
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON)
     updated_at: Mapped[dt.datetime]
+
+
+class LeaseRow(Base):
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[dt.datetime]
+    renewed_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime]
 
 
 metadata = Base.metadata

@@ -1,0 +1,250 @@
+"""The chronon loop's lease: the store's SQL on both backends, and the :class:`Leader` keeping it.
+
+Store tests pass ``now`` explicitly (the lease's clock is the caller's), so
+expiry needs no sleeping. Leader tests run for real with TTLs of a few tenths
+of a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+
+import pytest
+
+from proxy.errors import StorageError
+from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming
+from proxy.store import Lease, Store
+
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
+TTL = 30.0
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+# ---------------------------------------------------------------------------- store
+
+
+async def test_first_acquisition_gets_epoch_one_and_is_stored(store: Store) -> None:
+    assert await store.current_lease(LOOP_LEASE) is None
+    lease = await store.acquire_lease(LOOP_LEASE, "a", now=T0, ttl=TTL)
+    assert lease == Lease(LOOP_LEASE, "a", 1, T0, at(TTL))
+    assert await store.current_lease(LOOP_LEASE) == lease
+    assert lease.live(at(TTL - 1)) and not lease.live(at(TTL))
+
+
+async def test_a_live_lease_refuses_everyone_else_and_its_holder_renews_it(store: Store) -> None:
+    a = await store.acquire_lease(LOOP_LEASE, "a", now=T0, ttl=TTL)
+    assert a is not None
+    assert await store.acquire_lease(LOOP_LEASE, "b", now=at(1), ttl=TTL) is None
+    assert await store.acquire_lease(LOOP_LEASE, "b", now=at(TTL - 0.001), ttl=TTL) is None
+    # Acquiring is not renewing: the holder itself is refused while its lease is live.
+    assert await store.acquire_lease(LOOP_LEASE, "a", now=at(2), ttl=TTL) is None
+    renewed = await store.renew_lease(a, now=at(20), ttl=TTL)
+    assert renewed == Lease(LOOP_LEASE, "a", 1, T0, at(20 + TTL))
+    # Live again thanks to the renewal, past the first expiry.
+    assert await store.acquire_lease(LOOP_LEASE, "b", now=at(TTL + 1), ttl=TTL) is None
+    current = await store.current_lease(LOOP_LEASE)
+    assert current is not None and (current.holder, current.epoch) == ("a", 1)
+
+
+async def test_takeover_after_expiry_bumps_the_epoch_and_fences_the_old_holder(store: Store) -> None:
+    a = await store.acquire_lease(LOOP_LEASE, "a", now=T0, ttl=TTL)
+    assert a is not None
+    b = await store.acquire_lease(LOOP_LEASE, "b", now=at(TTL), ttl=TTL)
+    assert b == Lease(LOOP_LEASE, "b", 2, at(TTL), at(2 * TTL))
+    # The old holder's renewal and release change nothing and say so.
+    assert await store.renew_lease(a, now=at(TTL + 1), ttl=TTL) is None
+    assert await store.release_lease(a, now=at(TTL + 1)) is False
+    assert await store.current_lease(LOOP_LEASE) == b
+    c = await store.acquire_lease(LOOP_LEASE, "a", now=at(3 * TTL), ttl=TTL)
+    assert c is not None and c.epoch == 3  # the same name again: a new epoch all the same
+
+
+async def test_release_lets_another_acquire_at_once(store: Store) -> None:
+    a = await store.acquire_lease(LOOP_LEASE, "a", now=T0, ttl=TTL)
+    assert a is not None
+    assert await store.release_lease(a, now=at(1)) is True
+    released = await store.current_lease(LOOP_LEASE)
+    assert released is not None and released.holder is None and released.epoch == 1
+    assert not released.live(at(1))
+    b = await store.acquire_lease(LOOP_LEASE, "b", now=at(1), ttl=TTL)
+    assert b is not None and b.epoch == 2
+    assert await store.renew_lease(a, now=at(2), ttl=TTL) is None
+
+
+async def test_an_expired_lease_nobody_took_can_still_be_renewed(store: Store) -> None:
+    # No other epoch came between: the holder decides whether it still trusts it (Leader does not).
+    a = await store.acquire_lease(LOOP_LEASE, "a", now=T0, ttl=TTL)
+    assert a is not None
+    renewed = await store.renew_lease(a, now=at(TTL + 5), ttl=TTL)
+    assert renewed is not None and renewed.epoch == 1 and renewed.expires_at == at(2 * TTL + 5)
+
+
+async def test_leases_are_independent_by_name(store: Store) -> None:
+    assert await store.acquire_lease("one", "a", now=T0, ttl=TTL) is not None
+    two = await store.acquire_lease("two", "b", now=T0, ttl=TTL)
+    assert two is not None and two.epoch == 1
+
+
+async def test_of_many_racing_for_a_free_lease_exactly_one_wins(store: Store) -> None:
+    async def race(now: dt.datetime) -> list[Lease]:
+        got = await asyncio.gather(*(store.acquire_lease(LOOP_LEASE, f"h{i}", now=now, ttl=TTL)
+                                     for i in range(8)))
+        return [lease for lease in got if lease is not None]
+
+    first = await race(T0)  # no row yet: INSERT … ON CONFLICT DO NOTHING
+    assert len(first) == 1 and first[0].epoch == 1
+    second = await race(at(TTL))  # an expired row: the conditional UPDATE
+    assert len(second) == 1 and second[0].epoch == 2
+    assert await store.current_lease(LOOP_LEASE) == second[0]
+
+
+async def test_a_non_positive_ttl_is_refused(store: Store) -> None:
+    with pytest.raises(ValueError, match="TTL"):
+        await store.acquire_lease(LOOP_LEASE, "a", now=T0, ttl=0)
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+@pytest.mark.parametrize(
+    ("chronon", "setting", "ttl"),
+    [
+        (60.0, 0.0, 120.0),  # two chronons
+        (5.0, 0.0, 10.0),
+        (1.0, 0.0, 10.0),  # at least 10 s
+        (0.05, 0.0, 10.0),
+        (60.0, 7.5, 7.5),  # the setting wins
+        (0.2, 1.2, 1.2),
+    ],
+)
+def test_lease_timing(chronon: float, setting: float, ttl: float) -> None:
+    timing = LeaseTiming.of(chronon, setting)
+    assert timing == LeaseTiming(ttl=ttl, renew_every=ttl / 3)
+
+
+# ---------------------------------------------------------------------------- leader
+
+
+class Events:
+    """What a Leader reported, with monotonic times."""
+
+    def __init__(self) -> None:
+        self.elected: list[tuple[float, int]] = []
+        self.deposed: list[tuple[float, str]] = []
+
+    async def on_elected(self, lease: Lease) -> None:
+        self.elected.append((time.monotonic(), lease.epoch))
+
+    async def on_deposed(self, reason: str) -> None:
+        self.deposed.append((time.monotonic(), reason))
+
+
+def _leader(store: object, name: str, events: Events, ttl: float) -> Leader:
+    return Leader(store, name, LeaseTiming.of(1.0, ttl),  # type: ignore[arg-type]
+                  on_elected=events.on_elected, on_deposed=events.on_deposed)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_standby_takes_over_when_the_holder_dies_and_the_old_holder_steps_down(
+    store: Store,
+) -> None:
+    ttl = 0.6
+    ev_a, ev_b = Events(), Events()
+    a, b = _leader(store, "a", ev_a, ttl), _leader(store, "b", ev_b, ttl)
+    assert (await a.acquire()) is not None and a.holds()
+    assert await b.acquire() is None
+    assert b.seen is not None and b.seen.holder == "a" and not b.holds()
+    run_a, run_b = asyncio.create_task(a.run()), asyncio.create_task(b.run())
+    await asyncio.sleep(3 * ttl)  # a renews; b stays a standby well past the first TTL
+    assert a.holds() and b.lease is None and ev_b.elected == [] and ev_a.deposed == []
+    await _cancel(run_a)  # a "dies": it stops renewing and never releases
+    died = time.monotonic()
+    for _ in range(100):
+        if ev_b.elected:
+            break
+        await asyncio.sleep(0.02)
+    assert [epoch for _, epoch in ev_b.elected] == [2]
+    took = ev_b.elected[0][0] - died
+    assert took <= ttl + 0.5, took  # expiry + the standby's wake-up slack + scheduling
+    assert b.holds()
+    # a wakes up (a long GC pause, a frozen VM): its next renewal finds the lease taken.
+    assert a.holds() is False  # its own deadline passed: no tick would have run meanwhile
+    run_a = asyncio.create_task(a.run())
+    for _ in range(100):
+        if ev_a.deposed:
+            break
+        await asyncio.sleep(0.02)
+    assert len(ev_a.deposed) == 1 and a.lease is None
+    await asyncio.sleep(ttl)
+    assert ev_a.elected == [] and b.holds()  # a campaigns again, as a standby
+    await _cancel(run_a)
+    await _cancel(run_b)
+    await b.release()
+    assert (await store.current_lease(LOOP_LEASE)) is not None
+
+
+async def test_a_release_hands_over_at_once(store: Store) -> None:
+    ttl = 30.0  # long: only the release can explain a quick takeover
+    ev_a, ev_b = Events(), Events()
+    a, b = _leader(store, "a", ev_a, ttl), _leader(store, "b", ev_b, ttl)
+    assert await a.acquire() is not None
+    assert await b.acquire() is None
+    await a.release()
+    assert not a.holds()
+    lease = await b.acquire()
+    assert lease is not None and lease.epoch == 2
+
+
+class FlakyStore:
+    """The store, until ``down`` is set: then every lease call fails as a lost database would."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.down = False
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self.store, name)
+
+        async def call(*args: object, **kwargs: object) -> object:
+            if self.down:
+                raise StorageError("database error (OSError): connection refused")
+            return await method(*args, **kwargs)
+
+        return call
+
+
+async def test_a_holder_that_cannot_renew_steps_down_within_its_ttl(store: Store) -> None:
+    ttl = 0.6
+    flaky = FlakyStore(store)
+    events = Events()
+    a = _leader(flaky, "a", events, ttl)
+    assert await a.acquire() is not None
+    acquired = time.monotonic()
+    task = asyncio.create_task(a.run())
+    await asyncio.sleep(ttl / 2)
+    flaky.down = True
+    for _ in range(100):
+        if events.deposed:
+            break
+        await asyncio.sleep(0.02)
+    assert len(events.deposed) == 1 and "TTL" in events.deposed[0][1]
+    # Not before its last successful renewal's TTL ran out, and not much after.
+    assert acquired + ttl <= events.deposed[0][0] <= acquired + 2 * ttl
+    assert not a.holds()
+    flaky.down = False  # the database is back and nobody took the lease: a takes it again
+    for _ in range(100):
+        if events.elected:
+            break
+        await asyncio.sleep(0.02)
+    assert [epoch for _, epoch in events.elected] == [2]
+    await _cancel(task)
+    await a.release()
