@@ -138,3 +138,15 @@ async def test_a_duplicate_cei_id_loses_only_itself(store: Store) -> None:
     await writer.stop()
     ceis = {c.id: c for c in await store.list_ceis(user, pid)}
     assert set(ceis) == {"dup:0", "new:0"} and ceis["dup:0"].release == 0
+
+
+async def test_a_refused_write_is_counted_not_silent(store: Store) -> None:
+    """Issue 22: two loops on one database wrote 'CEI already exists' and no metric moved."""
+    _user, (a, _b), pid, rid = await _setup(store)
+    metrics = ServiceMetrics()
+    writer = Writer(store, metrics)
+    writer.start()
+    writer.submit([AddCei("r:0", pid, rid, 3, (NewEi(0, a, 3, 5),), sealed=True)])
+    writer.submit([AddCei("r:0", pid, rid, 4, (NewEi(0, a, 4, 6),), sealed=True)])  # the same id again
+    await writer.stop()
+    assert metrics.registry.get_sample_value("proxy_writes_refused_total") == 1

@@ -278,6 +278,7 @@ class Writer:
             except ProxyError as exc:
                 # A conflict (e.g. a CEI id written before a crash lost its rule's state): the
                 # decision stands in memory; the database keeps what it has.
+                self.metrics.writes_refused.inc()
                 log.error("persist_refused", step=type(step).__name__, error=str(exc))
                 break
         if isinstance(step, ProbeWrite) and step.done is not None:

@@ -52,6 +52,10 @@ class ServiceMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=r)
         self.inflight = Gauge("proxy_inflight_probes", "Probes currently in flight.", registry=r)
         self.db_errors = Counter("proxy_db_errors", "Database errors seen by the service.", registry=r)
+        self.writes_refused = Counter(
+            "proxy_writes_refused",
+            "Decisions the database refused to record (a conflict with what it holds, e.g. a CEI "
+            "id that already exists): each is a bug or a second writer, never expected.", registry=r)
         self.chronon = Gauge("proxy_chronon", "The current chronon number.", registry=r)
         self.leader = Gauge(
             "proxy_leader", "1 while this process holds the chronon loop's lease, 0 as a standby.",
