@@ -484,6 +484,7 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> L
     try:
         async with FeedFarm(feeds=[str(i) for i in range(n)], window=cfg.feed_window, prefill=1,
                             clock=clock, drive=True, seconds_per_trace_unit=length,
+                            trace_unit=dt.timedelta(seconds=length),
                             schedule=schedule, log_path=log_path, ping_drop_rate=cfg.ping_drop_rate,
                             ping_delay=cfg.ping_delay + cfg.ping_lag * length,
                             ping_seed=cfg.seed) as farm:
@@ -515,6 +516,10 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> L
                     c0 = sclock.current() + cfg.lead_chronons
                     anchor = sclock.start_of(c0).timestamp()
                     clock.anchor(anchor - length)
+                    # Entries are dated on the service's own timeline (a chronon of trace per
+                    # chronon of wall time), as a real feed dates them in real time: the proxy
+                    # learns update models and dates discovered updates from these dates.
+                    farm.epoch = dt.datetime.fromtimestamp(anchor - length, dt.UTC)
                     setup_s = time.time() - began
                     # Sample the service's load: probes in flight or awaiting persistence
                     # are excluded from selection, so a backlog shows up as misses.
