@@ -354,3 +354,23 @@ def experiments(
                                                        time_limit=time_limit, on_run=bar.update)
             tqdm.write(f"{name}: wrote {csv_path} and {png_path}", file=sys.stderr)
     typer.echo(f"wrote {len(figs) + len(panels)} figures into {out}")
+
+
+@sim_app.command("synth-trace")
+def synth_trace(
+    out: Annotated[Path, typer.Option("--out", "-o", help="CSV to write (feed_id,timestamp_utc_iso, as the real trace).")],
+    feeds: Annotated[int, typer.Option("--feeds", help="Number of feeds (paper 002's Synthetic Data 2: 792).")] = 792,
+    weeks: Annotated[float, typer.Option("--weeks", help="Weeks covered, from Monday 2026-01-05.")] = 4.0,
+    items_per_week: Annotated[float, typer.Option("--items-per-week", help="Mean items per feed and week.")] = 1.3,
+    sigma: Annotated[float, typer.Option("--sigma", help="Lognormal σ of per-feed rates.")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the numpy Generator.")] = 0,
+) -> None:
+    """Write paper 002's weekly-cycle synthetic trace ("Synthetic Data 2") as a trace CSV."""
+    from proxy.sim.synthetic import weekly_trace, write_trace_csv
+
+    try:
+        trace = weekly_trace(feeds, seed, weeks=weeks, items_per_week=items_per_week, sigma=sigma)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    rows = write_trace_csv(trace, out)
+    typer.echo(f"wrote {out}: {rows} items from {feeds} feeds over {weeks:g} weeks")
