@@ -130,3 +130,9 @@ def test_frequency_stride_is_near_periodic() -> None:
     stride = FrequencyStride()
     probes = [t for t in range(50) if stride.pick(1, [0, 1], [0.2, 0.1]) == [0]]
     assert len(probes) == 10 and all(b - a == 5 for a, b in itertools.pairwise(probes))
+
+
+def test_freshness_frequencies_spend_a_budget_far_below_the_rates() -> None:
+    # Every page stays stale: F is linear in f, and the whole budget is still spent.
+    f = freshness_frequencies([0.1] * 792, [1.0] * 792, 1.0)
+    assert sum(f) == pytest.approx(1.0) and min(f) > 0

@@ -190,3 +190,21 @@ def test_cli_runs_pull_only_and_the_result_rescores(tmp_path) -> None:  # type: 
     assert bad.exit_code == 2 and "pull-only planner" in bad.output
     bad = runner.invoke(sim_app, ["run", str(w), "-p", "mrsf-p", "--reveal", "pull", "--background", "nope"])
     assert bad.exit_code == 2
+
+
+def test_policy_pull_benchmark_runs_on_a_tiny_instance(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "policies"))
+    from policy_pull import BEGIN, END, main, probes_for
+
+    assert probes_for([(100.0, 0.2), (200.0, 0.6)], 0.4) == 150.0
+    assert probes_for([(100.0, 0.2)], 0.5) is None
+    doc = tmp_path / "page.md"
+    doc.write_text(f"# page\n\nprose kept\n\n{BEGIN}\nold\n{END}\n", encoding="utf-8")
+    assert main(["--tiny", "--only", "sup-wic", "--only", "fbsup", "--doc", str(doc), "--img", str(tmp_path)]) == 0
+    text = doc.read_text(encoding="utf-8")
+    assert "prose kept" in text and "old" not in text
+    assert "SUP against WIC" in text and "fbSUP against SUP" in text
+    assert (tmp_path / "discovery_sup_wic.png").is_file()

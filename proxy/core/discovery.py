@@ -189,15 +189,17 @@ def freshness_frequencies(rate: Sequence[float], weight: Sequence[float], budget
     def freqs(mu: float) -> np.ndarray:
         # Solve g(x) = 1 - e^{-x}(1+x) = mu / ratio for x (g rises from 0 to 1): bisection on x.
         target = np.where(live & (ratio > mu), mu / np.where(ratio > 0, ratio, 1.0), np.nan)
-        lo = np.zeros(n)
-        hi = np.full(n, 60.0)
-        for _ in range(40):
-            mid = (lo + hi) / 2
+        # x = λ/f spans many decades (a slow feed's share of a small budget): bisect on log x.
+        lo = np.full(n, -12.0)
+        hi = np.full(n, 16.0)
+        for _ in range(48):
+            mid_log = (lo + hi) / 2
+            mid = np.exp(mid_log)
             g = -np.expm1(-mid) - mid * np.exp(-mid)
             below = g < target
-            lo = np.where(below, mid, lo)
-            hi = np.where(below, hi, mid)
-        x = (lo + hi) / 2
+            lo = np.where(below, mid_log, lo)
+            hi = np.where(below, hi, mid_log)
+        x = np.exp((lo + hi) / 2)
         return np.where(np.isnan(target), 0.0, lam / np.maximum(x, 1e-12))
 
     lo_mu, hi_mu = 0.0, float(ratio.max())
@@ -208,6 +210,12 @@ def freshness_frequencies(rate: Sequence[float], weight: Sequence[float], budget
         else:
             hi_mu = mu
     f = freqs(hi_mu)
+    short = budget - float(f.sum())
+    if short > 1e-9 * budget:
+        # Budget far below the rates: every page stays stale, F ≈ f/λ is linear and the marginal gain
+        # w/λ beyond float precision of g; the optimum then gives the rest to the largest w/λ.
+        top = live & (ratio >= float(ratio[live].max()) * (1 - 1e-9))
+        f = f + np.where(top, short / int(top.sum()), 0.0)
     return [float(v) for v in f]
 
 
