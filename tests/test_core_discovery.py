@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.discovery import background_probes
+from proxy.core.discovery import (
+    FrequencyStride,
+    MemorylessSqrt,
+    RoundRobinWatch,
+    background_probes,
+    capture_frequencies,
+    freshness_frequencies,
+    wic_probes,
+)
 
 
 @pytest.mark.parametrize(
@@ -69,3 +79,60 @@ def test_picks_are_distinct_watched_and_within_budget(budget: int, feeds: list[t
     if picked:
         worst = min(score[r] for r in picked)
         assert all(score[r] <= worst for r in resources if r not in picked)
+
+
+# --- allocation variants (docs/discovery-sim.md compares them) -------------------------
+
+@pytest.mark.parametrize(
+    ("budget", "last", "rate", "window", "expected"),
+    [
+        # Left alone past the window: worth only window+1 chronons of updates, like a feed probed then.
+        (1, [0, 85], [0.1, 0.1], 9, [0]),  # elapsed 100 vs 15, both capped at 10: tie -> longer wait
+        (1, [0, 95], [0.05, 0.1], 4, [1]),  # 0.05*5 < 0.1*5
+        (1, [0, 98], [0.05, 0.1], 4, [0]),  # 0.05*5 > 0.1*2
+        (2, [100, None], [0.1, 0.0], 4, [1]),  # never probed first; probed now: nothing to gain
+    ],
+)
+def test_wic_probes(budget: int, last: list[int | None], rate: list[float], window: int, expected: list[int]) -> None:
+    assert wic_probes(budget, 100, [0, 1], last, rate, [1.0, 1.0], window) == expected
+
+
+def test_round_robin_cycles_over_watched_feeds() -> None:
+    rr = RoundRobinWatch()
+    assert [rr.pick(2, [5, 1, 3]) for _ in range(3)] == [[1, 3], [5, 1], [3, 5]]
+    assert rr.pick(0, [1]) == [] and rr.pick(1, []) == []
+
+
+def test_memoryless_sqrt_follows_sqrt_rates() -> None:
+    pick = MemorylessSqrt(np.random.default_rng(0))
+    counts = {0: 0, 1: 0, 2: 0}
+    for _ in range(4000):
+        for r in pick.pick(1, [0, 1, 2], [1.0, 4.0, 0.0], [1.0, 1.0, 1.0]):
+            counts[r] += 1
+    assert counts[2] == 0
+    assert counts[1] / counts[0] == pytest.approx(2.0, rel=0.15)  # sqrt(4) / sqrt(1)
+
+
+def test_freshness_frequencies_abandon_the_fastest_and_sum_to_the_budget() -> None:
+    f = freshness_frequencies([0.01, 0.1, 50.0], [1.0, 1.0, 1.0], 0.2)
+    assert sum(f) == pytest.approx(0.2, rel=1e-3)
+    assert f[2] == pytest.approx(0.0, abs=1e-6)  # Cho & Garcia-Molina: too fast to keep fresh
+    assert f[1] > f[0] > 0
+
+
+def test_capture_frequencies_fill_the_best_feeds_up_to_one_probe_per_window() -> None:
+    assert capture_frequencies([0.1, 0.3, 0.2], [1.0, 1.0, 1.0], 0.5, 4) == pytest.approx([0.1, 0.2, 0.2])
+    with pytest.raises(ValueError, match="window"):
+        capture_frequencies([0.1], [1.0], 1.0, -1)
+
+
+def test_frequency_stride_is_near_periodic() -> None:
+    stride = FrequencyStride()
+    probes = [t for t in range(50) if stride.pick(1, [0, 1], [0.2, 0.1]) == [0]]
+    assert len(probes) == 10 and all(b - a == 5 for a, b in itertools.pairwise(probes))
+
+
+def test_freshness_frequencies_spend_a_budget_far_below_the_rates() -> None:
+    # Every page stays stale: F is linear in f, and the whole budget is still spent.
+    f = freshness_frequencies([0.1] * 792, [1.0] * 792, 1.0)
+    assert sum(f) == pytest.approx(1.0) and min(f) > 0

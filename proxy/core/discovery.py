@@ -25,7 +25,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["background_probes", "rank_background"]
+__all__ = [
+    "FrequencyStride",
+    "MemorylessSqrt",
+    "RoundRobinWatch",
+    "background_probes",
+    "capture_frequencies",
+    "freshness_frequencies",
+    "rank_background",
+    "wic_probes",
+]
 
 
 def background_probes(
@@ -85,3 +94,196 @@ def rank_background(
     picked = order[:budget]
     picked = picked[sc[picked] > 0]  # a feed probed this very chronon has nothing new to show
     return [int(r) for r in res[picked]]
+
+
+# ---------------------------------------------------------------------------
+# Allocation variants, compared in docs/discovery-sim.md. Each picks at most
+# ``budget`` of ``resources`` (distinct, best first); the stateful ones keep
+# their state between chronons and must see every chronon of one epoch.
+
+
+def wic_probes(
+    budget: int,
+    now: int,
+    resources: Sequence[int],
+    last_success: Sequence[int | None],
+    rate: Sequence[float],
+    weight: Sequence[float],
+    window: int,
+) -> list[int]:
+    """WIC's index (paper 003 §2.2) for EIs ``[u, u + window]``: expected updates still capturable now.
+
+    ``g = weight * rate * min(elapsed, window + 1)``: with a sliding-window
+    urgency, only updates of the last ``window + 1`` chronons count, so a
+    feed left alone longer than that is worth no more than one just outside
+    it (the greedy index above keeps growing). Never probed: first. Ties as
+    :func:`background_probes`.
+    """
+    if window < 0:
+        raise ValueError(f"window must be >= 0, got {window}")
+    n = len(resources)
+    if not n == len(last_success) == len(rate) == len(weight):
+        raise ValueError("resources, last_success, rate and weight must have the same length")
+    if budget <= 0 or n == 0:
+        return []
+    res = np.asarray(resources, dtype=np.int64)
+    never = np.array([t is None for t in last_success], dtype=bool)
+    last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
+    elapsed = np.maximum(now - last, 0.0)
+    score = np.asarray(weight, dtype=np.float64) * np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
+    score = score * np.minimum(elapsed, window + 1)
+    score[never] = np.inf
+    elapsed[never] = np.inf
+    order = np.lexsort((res, -elapsed, -score))
+    picked = order[:budget]
+    picked = picked[score[picked] > 0]
+    return [int(r) for r in res[picked]]
+
+
+class RoundRobinWatch:
+    """A plain reader's cycle over the watched feeds (ids ascending), ``budget`` per chronon."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def pick(self, budget: int, resources: Sequence[int]) -> list[int]:
+        if budget <= 0 or not resources:
+            return []
+        order = sorted(resources)
+        n = len(order)
+        start = self._next % n
+        out = [order[(start + i) % n] for i in range(min(budget, n))]
+        self._next = start + len(out)
+        return out
+
+
+class MemorylessSqrt:
+    """Paper 004 §3: the memoryless schedule ``p_i ∝ sqrt(π_i)``, ``π_i = weight * rate``.
+
+    Each chronon draws ``budget`` distinct feeds with probabilities ``p``
+    (without replacement, so ``c > 1`` is paper 004's c-schedule up to the
+    draw). ``rng`` is a ``numpy.random.Generator`` the caller seeds: core owns
+    no randomness.
+    """
+
+    __slots__ = ("_rng",)
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def pick(self, budget: int, resources: Sequence[int], rate: Sequence[float], weight: Sequence[float]) -> list[int]:
+        n = len(resources)
+        if budget <= 0 or n == 0:
+            return []
+        pi = np.maximum(np.asarray(weight, dtype=np.float64) * np.asarray(rate, dtype=np.float64), 0.0)
+        p = np.sqrt(pi)
+        live = int((p > 0).sum())
+        if live == 0:
+            return []
+        p = p / p.sum()
+        idx = self._rng.choice(n, size=min(budget, live), replace=False, p=p)
+        return [int(resources[i]) for i in idx]
+
+
+def freshness_frequencies(rate: Sequence[float], weight: Sequence[float], budget: float) -> list[float]:
+    """Cho & Garcia-Molina (2003): probe frequencies maximising weighted freshness under ``Σ f = budget``.
+
+    Freshness of a Poisson(λ) page probed every ``1/f``: ``F = (f/λ)(1 - e^{-λ/f})``.
+    Lagrange: ``w (1 - e^{-x}(1 + x)) / λ = μ`` with ``x = λ/f``; a page with
+    ``w/λ <= μ`` gets ``f = 0`` (too fast to keep fresh: their famous result).
+    For EIs that end at the next update (``overwrite``), ``F`` is also the
+    chance an update is captured, so passing ``weight * rate`` as the weight
+    maximises expected captures instead of freshness. Bisection, pure numpy.
+    """
+    lam = np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
+    w = np.maximum(np.asarray(weight, dtype=np.float64), 0.0)
+    n = len(lam)
+    if n == 0 or budget <= 0:
+        return [0.0] * n
+    live = (lam > 0) & (w > 0)
+    if not live.any():
+        return [0.0] * n
+    ratio = np.where(live, w / np.where(lam > 0, lam, 1.0), 0.0)
+
+    def freqs(mu: float) -> np.ndarray:
+        # Solve g(x) = 1 - e^{-x}(1+x) = mu / ratio for x (g rises from 0 to 1): bisection on x.
+        target = np.where(live & (ratio > mu), mu / np.where(ratio > 0, ratio, 1.0), np.nan)
+        # x = λ/f spans many decades (a slow feed's share of a small budget): bisect on log x.
+        lo = np.full(n, -12.0)
+        hi = np.full(n, 16.0)
+        for _ in range(48):
+            mid_log = (lo + hi) / 2
+            mid = np.exp(mid_log)
+            g = -np.expm1(-mid) - mid * np.exp(-mid)
+            below = g < target
+            lo = np.where(below, mid_log, lo)
+            hi = np.where(below, hi, mid_log)
+        x = np.exp((lo + hi) / 2)
+        return np.where(np.isnan(target), 0.0, lam / np.maximum(x, 1e-12))
+
+    lo_mu, hi_mu = 0.0, float(ratio.max())
+    for _ in range(40):
+        mu = (lo_mu + hi_mu) / 2
+        if freqs(mu).sum() > budget:
+            lo_mu = mu
+        else:
+            hi_mu = mu
+    f = freqs(hi_mu)
+    short = budget - float(f.sum())
+    if short > 1e-9 * budget:
+        # Budget far below the rates: every page stays stale, F ≈ f/λ is linear and the marginal gain
+        # w/λ beyond float precision of g; the optimum then gives the rest to the largest w/λ.
+        top = live & (ratio >= float(ratio[live].max()) * (1 - 1e-9))
+        f = f + np.where(top, short / int(top.sum()), 0.0)
+    return [float(v) for v in f]
+
+
+def capture_frequencies(rate: Sequence[float], weight: Sequence[float], budget: float, window: int) -> list[float]:
+    """Probe frequencies maximising expected captures of EIs ``[u, u + window]`` under ``Σ f = budget``.
+
+    A feed probed every ``1/f >= window + 1`` chronons captures an update with
+    probability ``(window + 1) f`` (the update's phase is uniform), so the
+    gain ``w λ (window + 1) f`` is linear up to ``f = 1/(window + 1)``, where
+    every update is captured: the optimum fills feeds by ``w λ``, best first
+    (a fractional knapsack). Unlike freshness, no fast feed is abandoned.
+    """
+    if window < 0:
+        raise ValueError(f"window must be >= 0, got {window}")
+    value = [max(w, 0.0) * max(r, 0.0) for w, r in zip(weight, rate, strict=True)]
+    cap = 1.0 / (window + 1)
+    out = [0.0] * len(value)
+    left = float(budget)
+    for i in sorted(range(len(value)), key=lambda i: (-value[i], i)):
+        if left <= 0 or value[i] <= 0:
+            break
+        out[i] = min(cap, left)
+        left -= out[i]
+    return out
+
+
+class FrequencyStride:
+    """Turns probe frequencies into probes: each chronon every feed earns its ``f``; the richest are probed.
+
+    A deterministic, near-periodic schedule (stride scheduling): a feed with
+    ``f = 1/5`` is probed about every 5 chronons. Credit is capped at one
+    probe's worth plus ``f`` so a feed blocked for a while does not burst.
+    """
+
+    __slots__ = ("_credit",)
+
+    def __init__(self) -> None:
+        self._credit: dict[int, float] = {}
+
+    def pick(self, budget: int, resources: Sequence[int], freq: Sequence[float]) -> list[int]:
+        credit = self._credit
+        for r, f in zip(resources, freq, strict=True):
+            credit[r] = min(credit.get(r, 0.0) + f, 1.0 + f)
+        if budget <= 0:
+            return []
+        ranked = sorted((r for r in resources if credit[r] >= 1.0 - 1e-9), key=lambda r: (-credit[r], r))
+        out = ranked[:budget]
+        for r in out:
+            credit[r] -= 1.0
+        return out

@@ -136,23 +136,56 @@ def run(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Result file to write (proxy-result/1).")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="Seconds for optimal / lp-bound.")] = None,
     max_variables: Annotated[int | None, typer.Option("--max-variables", help="optimal / lp-bound refuse models with more probe variables (default 2,000,000).")] = None,
+    reveal: Annotated[str | None, typer.Option("--reveal", help="'pushed': update EIs known at their start, as if pinged (default); 'pull': only when a probe finds the update (sup / fbsup imply it).")] = None,
+    background: Annotated[str, typer.Option("--background", help="Pull only: where the budget the policy leaves goes: greedy, wic, round-robin, sqrt, freshness, capture, none.")] = "greedy",
+    rates: Annotated[str, typer.Option("--rates", help="Pull only: rate model of background probes and SUP: 'known' (true rates) or 'online' (learnt).")] = "known",
+    planner: Annotated[str | None, typer.Option("--planner", help="Pull only: add SUP's or fbSUP's predicted EIs to the engine ('sup', 'fbsup').")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Pull only: seed of the sqrt background's draws.")] = 0,
 ) -> None:
     """Run one policy over a workload; print completeness and write the full schedule."""
     from tqdm import tqdm
 
     from proxy.core.model import WorkloadError
+    from proxy.sim.pull import (
+        PLANNERS,
+        Background,
+        PullOptions,
+        Rates,
+        update_eis,
+        updates_from_meta,
+    )
     from proxy.sim.run import OFFLINE, simulate
     from proxy.sim.workload_io import read_workload, write_result
 
-    if policy not in OFFLINE:
+    if policy not in OFFLINE and policy not in PLANNERS:
         from proxy.core.policies import policy_names
 
         if policy not in policy_names():
-            raise _fail(f"unknown policy {policy!r}; valid: {', '.join([*policy_names(), *OFFLINE])}")
+            raise _fail(f"unknown policy {policy!r}; valid: {', '.join([*policy_names(), *PLANNERS, *OFFLINE])}")
+    mode = reveal or ("pull" if policy in PLANNERS else "pushed")
+    if mode not in ("pushed", "pull"):
+        raise _fail(f"--reveal must be 'pushed' or 'pull', got {mode!r}")
+    if mode == "pushed" and policy in PLANNERS:
+        raise _fail(f"{policy} is a pull-only planner: use --reveal pull (or leave --reveal out)")
+    try:
+        bg, rate_kind = Background(background), Rates(rates)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if planner is not None and planner not in PLANNERS:
+        raise _fail(f"unknown planner {planner!r}; valid: {', '.join(PLANNERS)}")
     try:
         workload = read_workload(workload_path)
     except (WorkloadError, OSError) as exc:
         raise _fail(str(exc)) from None
+    pull = None
+    if mode == "pull":
+        if update_eis(workload) == 0:
+            typer.secho("warning: no EI of this workload is revealed at its start (an update EI); "
+                        "pull-only changes nothing (generate with --reveal update)", err=True,
+                        fg=typer.colors.YELLOW)
+        chosen_bg = bg if policy not in PLANNERS or background != "greedy" else Background.NONE
+        pull = PullOptions(background=chosen_bg, rates=rate_kind, planner=planner, seed=seed,
+                           updates=updates_from_meta(workload))
     from proxy.core.optimum import OptimumTooLargeError
 
     if policy in OFFLINE:
@@ -162,7 +195,7 @@ def run(
               disable=True if policy in OFFLINE else None) as bar:
         try:
             result = simulate(workload, policy, time_limit=time_limit, max_variables=max_variables,
-                              progress=bar.update)
+                              progress=bar.update, reveal=mode, pull=pull)
         except OptimumTooLargeError as exc:
             raise _fail(str(exc)) from None
     engine_captured = result.extra.get("engine_captured")
@@ -179,6 +212,12 @@ def run(
     if policy in OFFLINE:
         ex = result.extra
         line += f" status {ex['status']} bound {ex['bound']} gap {ex['gap']}"
+    elif mode == "pull":
+        ex = result.extra
+        line += f" (pull: {ex['background_probes']} background probes"
+        if "predicted_eis" in ex:
+            line += f", {ex['predicted_eis']} predicted EIs"
+        line += ")"
     typer.echo(line)
 
 
@@ -315,3 +354,23 @@ def experiments(
                                                        time_limit=time_limit, on_run=bar.update)
             tqdm.write(f"{name}: wrote {csv_path} and {png_path}", file=sys.stderr)
     typer.echo(f"wrote {len(figs) + len(panels)} figures into {out}")
+
+
+@sim_app.command("synth-trace")
+def synth_trace(
+    out: Annotated[Path, typer.Option("--out", "-o", help="CSV to write (feed_id,timestamp_utc_iso, as the real trace).")],
+    feeds: Annotated[int, typer.Option("--feeds", help="Number of feeds (paper 002's Synthetic Data 2: 792).")] = 792,
+    weeks: Annotated[float, typer.Option("--weeks", help="Weeks covered, from Monday 2026-01-05.")] = 4.0,
+    items_per_week: Annotated[float, typer.Option("--items-per-week", help="Mean items per feed and week.")] = 1.3,
+    sigma: Annotated[float, typer.Option("--sigma", help="Lognormal σ of per-feed rates.")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the numpy Generator.")] = 0,
+) -> None:
+    """Write paper 002's weekly-cycle synthetic trace ("Synthetic Data 2") as a trace CSV."""
+    from proxy.sim.synthetic import weekly_trace, write_trace_csv
+
+    try:
+        trace = weekly_trace(feeds, seed, weeks=weeks, items_per_week=items_per_week, sigma=sigma)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    rows = write_trace_csv(trace, out)
+    typer.echo(f"wrote {out}: {rows} items from {feeds} feeds over {weeks:g} weeks")

@@ -19,10 +19,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from proxy.core.model import Workload
 from proxy.sim.score import score_schedule
 from proxy.sim.workload_io import ResultFile
+
+if TYPE_CHECKING:
+    from proxy.sim.pull import PullOptions
 
 OFFLINE = ("optimal", "lp-bound")
 
@@ -104,13 +108,24 @@ def simulate(
     time_limit: float | None = None,
     max_variables: int | None = None,
     progress: Callable[[int], None] | None = None,
+    reveal: str = "pushed",
+    pull: PullOptions | None = None,
 ) -> Result:
     """Run ``policy_name`` (online, or ``optimal``/``lp-bound``) over ``workload``.
 
     ``progress`` is called with the number of chronons just completed.
     ``time_limit`` and ``max_variables`` (refuse larger models) apply to the
-    offline solvers only.
+    offline solvers only. ``reveal="pull"``: update EIs are known only when a
+    probe finds them (:func:`proxy.sim.pull.simulate_pull`, with ``pull``'s
+    options); the offline solvers ignore it (they see everything anyway).
+    ``sup`` and ``fbsup`` are pull-only planners and imply ``reveal="pull"``.
     """
+    from proxy.sim.pull import PLANNERS, simulate_pull
+
+    if reveal not in ("pushed", "pull"):
+        raise ValueError(f"reveal must be 'pushed' or 'pull', got {reveal!r}")
+    if policy_name not in OFFLINE and (reveal == "pull" or policy_name in PLANNERS):
+        return simulate_pull(workload, policy_name, pull, progress=progress)
     if policy_name in OFFLINE:
         return _offline(workload, policy_name, time_limit, max_variables)
     from proxy.core.engine import Engine

@@ -1,0 +1,195 @@
+"""Update-rate models in chronons: what background probes and SUP believe about when feeds change.
+
+Two ports, both :class:`typing.Protocol`:
+
+* :class:`RateModel` — ``rate(resource, t)``: expected updates of
+  ``resource`` per chronon at chronon ``t``. Background probes
+  (:mod:`proxy.core.discovery`) rank feeds by it.
+* :class:`UpdatePredictor` — ``next_expected(resource, after, count)``: the
+  chronon by which ``count`` more updates are expected after ``after``.
+  SUP and fbSUP (:mod:`proxy.core.sup`) plan predicted EIs from it (paper
+  002 §4.1: "updates occur at the expected update time as determined by the
+  update model").
+
+Implementations here:
+
+* :class:`KnownRates` — clairvoyant about rates, not times: per-resource
+  base rates times an optional cycle (a weekly shape, paper 002's
+  "Synthetic Data 2"). The simulator gives it the generator's true λ.
+* :class:`OnlineRates` — learnt from what probes discover: (prior count +
+  updates found) / (prior chronons + chronons observed), a Gamma-Poisson
+  posterior mean. Its cost against :class:`KnownRates` is the cost of learning.
+* :class:`PlannedUpdates` — a predictor from a list of predicted update
+  chronons per resource (paper 002's FPN model: the true trace with noise).
+
+The rich per-feed models of the service (``proxy.rules.update_models``, in
+seconds) are meant to be adapted to these Protocols; this module does not
+know them. Pure: no clock, no RNG (noise for FPN is drawn by the caller).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "KnownRates",
+    "OnlineRates",
+    "PlannedUpdates",
+    "RateModel",
+    "UpdatePredictor",
+    "expected_arrival",
+]
+
+
+@runtime_checkable
+class RateModel(Protocol):
+    """Expected updates per chronon of a resource at a chronon (``>= 0``, finite)."""
+
+    def rate(self, resource: int, t: int) -> float: ...
+
+
+@runtime_checkable
+class UpdatePredictor(Protocol):
+    """When updates are expected: the chronon by which ``count`` more arrive after ``after``.
+
+    ``None`` when they are not expected before ``horizon`` (exclusive): a
+    silent feed, or the end of the epoch. The answer is ``> after``.
+    """
+
+    def next_expected(self, resource: int, after: int, count: int = 1, *, horizon: int) -> int | None: ...
+
+
+def expected_arrival(model: RateModel, resource: int, after: int, count: float, horizon: int) -> int | None:
+    """The first chronon ``t > after`` with ``Σ_{after < s <= t} rate(resource, s) >= count``.
+
+    Paper 002 §4.1 (piecewise Poisson): the expected number of updates in
+    ``(after, t]`` is the integral of the rate; the update is "expected" when
+    that reaches ``count``. For a constant rate λ this is ``after + ⌈count/λ⌉``.
+    ``None`` if it is not reached before ``horizon``.
+    """
+    if count <= 0:
+        return after + 1 if after + 1 < horizon else None
+    acc = 0.0
+    for t in range(after + 1, horizon):
+        acc += model.rate(resource, t)
+        if acc >= count - 1e-9:
+            return t
+    return None
+
+
+class KnownRates:
+    """Rates known in advance: ``base[r] * cycle[t % len(cycle)]`` updates per chronon.
+
+    ``cycle`` is a shape (e.g. 168 hourly multipliers of a week), rescaled
+    to mean 1 so that ``base[r]`` stays the long-run rate. Also an
+    :class:`UpdatePredictor` (by :func:`expected_arrival`, in closed form
+    when there is no cycle).
+    """
+
+    __slots__ = ("_base", "_cycle")
+
+    def __init__(self, base: Sequence[float], cycle: Sequence[float] = (1.0,)) -> None:
+        if any(not (b >= 0 and math.isfinite(b)) for b in base):
+            raise ValueError("base rates must be finite and >= 0")
+        if not cycle or any(not (c >= 0 and math.isfinite(c)) for c in cycle) or sum(cycle) <= 0:
+            raise ValueError("cycle must be a non-empty list of finite multipliers >= 0, not all 0")
+        mean = sum(cycle) / len(cycle)
+        self._base = tuple(float(b) for b in base)
+        self._cycle = tuple(c / mean for c in cycle)
+
+    @classmethod
+    def from_counts(cls, counts: Sequence[int], chronons: int, cycle: Sequence[float] = (1.0,)) -> KnownRates:
+        """The rates a clairvoyant observer of a whole epoch would give: updates / chronons."""
+        if chronons < 1:
+            raise ValueError(f"chronons must be >= 1, got {chronons}")
+        return cls([c / chronons for c in counts], cycle)
+
+    @property
+    def base(self) -> tuple[float, ...]:
+        return self._base
+
+    def rate(self, resource: int, t: int) -> float:
+        if not 0 <= resource < len(self._base):
+            return 0.0
+        return self._base[resource] * self._cycle[t % len(self._cycle)]
+
+    def next_expected(self, resource: int, after: int, count: int = 1, *, horizon: int) -> int | None:
+        if len(self._cycle) == 1:
+            lam = self.rate(resource, after + 1)
+            if lam <= 0:
+                return None
+            t = after + max(1, math.ceil(count / lam - 1e-9))
+            return t if t < horizon else None
+        return expected_arrival(self, resource, after, count, horizon)
+
+
+class OnlineRates:
+    """Rates learnt online from discovered updates: a Gamma-Poisson posterior mean per resource.
+
+    ``rate = (prior_count + found) / (prior_chronons + observed)``, where
+    ``found`` counts updates discovered on the resource and ``observed`` the
+    chronons from its first successful probe to its latest one. The prior is
+    one update per ``prior_chronons / prior_count`` chronons: before any
+    observation every feed gets that rate, and a few observations move it.
+    Constant in ``t`` (no seasonality: that is the rich model's job).
+    """
+
+    __slots__ = ("_first", "_found", "_last", "_prior_chronons", "_prior_count")
+
+    def __init__(self, prior_count: float = 1.0, prior_chronons: float = 10.0) -> None:
+        if prior_count <= 0 or prior_chronons <= 0:
+            raise ValueError("prior_count and prior_chronons must be > 0")
+        self._prior_count = prior_count
+        self._prior_chronons = prior_chronons
+        self._first: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._found: dict[int, int] = {}
+
+    def observe_probe(self, resource: int, t: int, updates_found: int) -> None:
+        """A successful probe of ``resource`` at ``t`` found ``updates_found`` updates since the previous one."""
+        if updates_found < 0:
+            raise ValueError(f"updates_found must be >= 0, got {updates_found}")
+        if resource not in self._first:
+            # The first probe is the baseline: what it shows is backlog, not a rate.
+            self._first[resource] = self._last[resource] = t
+            self._found[resource] = 0
+            return
+        self._last[resource] = max(self._last[resource], t)
+        self._found[resource] += updates_found
+
+    def rate(self, resource: int, t: int) -> float:
+        first = self._first.get(resource)
+        if first is None:
+            return self._prior_count / self._prior_chronons
+        observed = self._last[resource] - first
+        return (self._prior_count + self._found[resource]) / (self._prior_chronons + observed)
+
+    def next_expected(self, resource: int, after: int, count: int = 1, *, horizon: int) -> int | None:
+        lam = self.rate(resource, after + 1)
+        t = after + max(1, math.ceil(count / lam - 1e-9))
+        return t if t < horizon else None
+
+
+class PlannedUpdates:
+    """A predictor from predicted update chronons per resource (paper 002's FPN model, §4.1).
+
+    ``next_expected(r, after, count)`` is the ``count``-th predicted update
+    strictly after ``after``.
+    """
+
+    __slots__ = ("_times",)
+
+    def __init__(self, times: Sequence[Sequence[int]]) -> None:
+        self._times = tuple(tuple(sorted(set(ts))) for ts in times)
+
+    def next_expected(self, resource: int, after: int, count: int = 1, *, horizon: int) -> int | None:
+        if not 0 <= resource < len(self._times) or count < 1:
+            return None
+        ts = self._times[resource]
+        i = bisect_right(ts, after) + count - 1
+        if i >= len(ts) or ts[i] >= horizon:
+            return None
+        return ts[i]
