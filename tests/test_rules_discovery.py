@@ -153,3 +153,26 @@ def test_a_ping_for_one_user_leaves_the_others_to_the_probe() -> None:
         RevealEi("bob/0:0", CNN, 12, 22, seal=True),
     ]
     assert ev.updates.snapshot([MISH]) == {str(MISH): [11, -1.0]}  # one update for the model
+
+
+def test_update_watchers_count_the_rules_waiting_for_each_feeds_next_update() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [
+        {"name": "w", "watch": {"feeds": ["A", "B"], "within": "3m"}}, ON_UPDATE]}), FEEDS)
+    assert dict(ev.update_watchers()) == {A: 1, B: 1, MISH: 1}  # the query feed CNN waits for nothing
+    ev.on_notification(A, 2)
+    assert dict(ev.update_watchers()) == {B: 1, MISH: 1}  # A is in the current CEI: its next update waits
+    ev.on_notification(A, 3)
+    assert dict(ev.update_watchers()) == {B: 1, MISH: 1}
+    # A restart restores the watch state, and with it who waits for what.
+    again = TriggerEvaluator(GRID)
+    again.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [
+        {"name": "w", "watch": {"feeds": ["A", "B"], "within": "3m"}}, ON_UPDATE]}), FEEDS)
+    again.restore_state("p/0", ev.snapshot_state("p/0"))
+    assert dict(again.update_watchers()) == {B: 1, MISH: 1}
+    ev.on_notification(B, 4)  # the CEI is complete: both feeds wait for the next one
+    assert dict(ev.update_watchers()) == {A: 1, B: 1, MISH: 1}
+    ev.on_notification(B, 5)
+    assert dict(ev.update_watchers()) == {A: 1, MISH: 1}
+    ev.remove_profile("p")
+    assert dict(ev.update_watchers()) == {}

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -302,12 +302,11 @@ class TriggerEvaluator:
                 listed.remove(rule_id)
                 if not listed:
                     del self._by_resource[r]
-                if _waits_for_updates(rule):
-                    left = self._watchers[r] - 1
-                    if left:
-                        self._watchers[r] = left
-                    else:
-                        del self._watchers[r]
+            if isinstance(rule, _TriggerRule):
+                if rule.mode == "notify":
+                    self._wait(feeds, -1)
+            else:
+                self._wait([r for r in feeds if r not in wstate.covered], -1)
         return ops
 
     def replace_profile(
@@ -368,21 +367,33 @@ class TriggerEvaluator:
                 feeds = rule.resources
             for r in feeds:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
-                if _waits_for_updates(rule):
-                    self._watchers[r] = self._watchers.get(r, 0) + 1
+            if _waits_for_updates(rule):
+                self._wait(feeds, +1)
             self._dirty.add(rule.rule_id)
 
     def profile_ids(self) -> list[str]:
         return list(self._profiles)
 
     def update_watchers(self) -> Mapping[int, int]:
-        """Feeds whose updates some rule waits for (``on: update`` triggers, watch rules): how many.
+        """Feeds whose next update some rule waits for, and how many rules wait for it.
 
-        Only a probe or a ping tells these rules anything; on a feed that never
-        pings, background probes must look (``proxy.core.discovery``). Kept up
-        to date as profiles come and go: reading it costs nothing. Read-only.
+        ``on: update`` triggers wait for every update of their feed; a watch rule
+        waits for the feeds its current CEI does not cover yet (AuctionWatch: a
+        covered feed's later updates wait for the next CEI), so the slow feed
+        that holds a CEI back counts, the fast one already in it does not. Only a
+        probe or a ping tells these rules anything; on a feed that never pings,
+        background probes must look (``proxy.core.discovery``). Kept up to date
+        as profiles come and go and CEIs fill: reading it costs nothing. Read-only.
         """
         return self._watchers
+
+    def _wait(self, resources: Iterable[int], delta: int) -> None:
+        for r in resources:
+            n = self._watchers.get(r, 0) + delta
+            if n > 0:
+                self._watchers[r] = n
+            else:
+                self._watchers.pop(r, None)
 
     def rule_ids(self, profile_id: str) -> list[str]:
         return list(self._profiles[profile_id])
@@ -710,6 +721,8 @@ class TriggerEvaluator:
                     covered={int(r): int(s) for r, s in data["covered"]},
                     prev_last_start=int(data["prev_last_start"]),
                 )
+                self._wait([r for r in oldw.covered if r not in ws.covered], +1)
+                self._wait([r for r in ws.covered if r not in oldw.covered], -1)
                 self._watch_state[rule_id] = ws
                 if ws.cei_id is not None and ws.alive:
                     self._open_index[ws.cei_id] = rule_id
@@ -825,11 +838,13 @@ class TriggerEvaluator:
         elif state.alive:
             ops.append(RevealEi(state.cei_id, *ei, seal=complete))
         state.covered[resource] = t
+        self._wait((resource,), -1)  # its later updates wait for the next CEI
         if complete:
             state.prev_last_start = max(state.covered.values())
             self._open_index.pop(state.cei_id, None)
             state.cei_id = None
             state.covered = {}
+            self._wait(rule.resources, +1)
         return ops
 
 
