@@ -120,6 +120,7 @@ class Dispatcher:
     inflight: set[int] = field(default_factory=set)
     _per_target: dict[int, int] = field(default_factory=dict)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    _settle_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _outcomes: asyncio.Queue[tuple[DueDelivery, AttemptOutcome]] = field(
         default_factory=asyncio.Queue)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -165,38 +166,48 @@ class Dispatcher:
     async def _run(self) -> None:
         while True:
             self._wakeup.clear()
-            claimed = full = 0
+            claimed, more = 0, False
             try:
-                claimed, full = await self._claim()
+                claimed, more = await self._claim()
                 await self._update_backlog()
             except StorageError as exc:
                 self.metrics.db_errors.inc()
                 log.error("dispatch_claim_failed", error=str(exc))
             except Exception:  # the dispatcher must outlive any bug
                 log.exception("dispatch_round_failed")
-            if full:
-                # More is due than we may send at once: look again as soon as slots free up.
-                await self._wait(min(self.poll, 0.05))
-                continue
+            if more:
+                continue  # a full batch, and slots left: more may be due right now
             wait = self.poll
-            if not claimed:
+            if not claimed and not self._saturated():
                 with contextlib.suppress(StorageError):
                     due = await self.store.next_due_at()
                     if due is not None:
                         wait = min(wait, max(0.0, (due - self._now()).total_seconds()))
+            # Woken early by a stored resolution, a retry request or a freed slot.
             await self._wait(max(wait, 0.005))
+
+    def _saturated(self) -> frozenset[int]:
+        """Targets with ``per_target`` attempts in flight (their due rows wait for a slot)."""
+        return frozenset(t for t, n in self._per_target.items() if n >= self.per_target)
 
     async def _wait(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), seconds)
 
-    async def _claim(self) -> tuple[int, int]:
-        """Start attempts for due rows; ``(started, 1 if limited by capacity else 0)``."""
+    async def _claim(self) -> tuple[int, bool]:
+        """Start attempts for due rows; ``(started, more)``: ``more`` when the batch was full
+        and slots are left (look again at once)."""
         capacity = self.concurrency - len(self.inflight)
         if capacity <= 0:
-            return 0, 1
+            return 0, False  # a freed slot wakes us
         limit = min(self.batch, capacity)
-        due = await self.store.due_deliveries(self._now(), limit=limit, skip=self.inflight)
+        # Under the lock that outcomes are stored under: a row whose outcome is committed and
+        # leaves ``inflight`` while this query runs would otherwise be read as still pending
+        # and sent twice.
+        async with self._settle_lock:
+            due = await self.store.due_deliveries(
+                self._now(), limit=limit, skip=frozenset(self.inflight),
+                skip_targets=self._saturated())
         started = 0
         for d in due:
             if d.id in self.inflight or self._per_target.get(d.target_id, 0) >= self.per_target:
@@ -207,7 +218,7 @@ class Dispatcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             started += 1
-        return started, 1 if len(due) == limit else 0
+        return started, len(due) == self.batch and len(self.inflight) < self.concurrency
 
     async def _attempt(self, d: DueDelivery) -> None:
         try:
@@ -228,6 +239,7 @@ class Dispatcher:
             self._per_target[d.target_id] -= 1
             if not self._per_target[d.target_id]:
                 del self._per_target[d.target_id]
+            self._wakeup.set()  # a slot is free: its target's next due row may go
         self._outcomes.put_nowait((d, outcome))
 
     async def _send(self, d: DueDelivery) -> SendResult:
@@ -261,7 +273,10 @@ class Dispatcher:
         pause = 0.05
         while True:
             try:
-                await self.store.record_attempts([o for _, o in batch])
+                async with self._settle_lock:
+                    await self.store.record_attempts([o for _, o in batch])
+                    for d, _ in batch:
+                        self.inflight.discard(d.id)
                 break
             except StorageError as exc:
                 self.metrics.db_errors.inc()
@@ -270,7 +285,6 @@ class Dispatcher:
                 pause = min(pause * 2, 5.0)
         m = self.metrics
         for d, o in batch:
-            self.inflight.discard(d.id)
             label = _outcome_label(o)
             m.deliveries.labels(outcome=label).inc()
             if o.state == "delivered":

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.errors import ConflictError, NotFoundError, ValidationError
@@ -44,10 +44,11 @@ class Deliveries(ProbesAndMetrics):
     # --- the dispatcher -------------------------------------------------------------
 
     async def due_deliveries(
-        self, now: dt.datetime, *, limit: int = 500, skip: Collection[int] = ()
+        self, now: dt.datetime, *, limit: int = 500, skip: Collection[int] = (),
+        skip_targets: Collection[int] = (),
     ) -> list[DueDelivery]:
         """Pending deliveries whose next attempt is due, oldest due first, without those in
-        ``skip`` (in flight in this process)."""
+        ``skip`` (in flight in this process) and those to ``skip_targets`` (busy)."""
         d = cast(Table, DeliveryRow.__table__)
         t = cast(Table, NotifyTargetRow.__table__)
         e = cast(Table, NotificationEventRow.__table__)
@@ -60,6 +61,7 @@ class Deliveries(ProbesAndMetrics):
             )
             .select_from(d.join(t, t.c.id == d.c.target_id).join(e, e.c.id == d.c.event_id))
             .where(d.c.state == "pending", d.c.next_attempt_at <= now)
+            .where(d.c.target_id.not_in(list(skip_targets)) if skip_targets else true())
             .order_by(d.c.next_attempt_at, d.c.id)
             .limit(limit + len(skip))
         )
