@@ -196,6 +196,51 @@ class Settings(BaseSettings):
     def _no_empty_token(cls, value: SecretStr | None) -> SecretStr | None:
         # An empty PROXY_METRICS_TOKEN= line means "no token", not "the empty token".
         return value if value is not None and value.get_secret_value().strip() else None
+    delivery_timeout_seconds: float = Field(
+        default=10.0, gt=0,
+        description="Timeout of one notification delivery attempt (webhook POST or Apprise call).",
+    )
+    delivery_retry_base_seconds: float = Field(
+        default=5.0, gt=0,
+        description=(
+            "Back-off before the first retry of a failed delivery; doubles per attempt "
+            "(with jitter) up to `PROXY_DELIVERY_RETRY_MAX_SECONDS`. A longer `Retry-After` wins."
+        ),
+    )
+    delivery_retry_max_seconds: float = Field(
+        default=3600.0, gt=0, description="Longest back-off between two delivery attempts."
+    )
+    delivery_retry_window_seconds: float = Field(
+        default=86400.0, gt=0,
+        description=(
+            "How long a delivery is retried before it becomes a dead letter "
+            "(`GET /api/v1/deliveries?state=failed`); 24 h by default."
+        ),
+    )
+    delivery_concurrency: int = Field(
+        default=100, ge=1, description="Most delivery attempts in flight at once."
+    )
+    delivery_per_target_concurrency: int = Field(
+        default=4, ge=1, description="Most delivery attempts in flight to one target at once."
+    )
+    delivery_poll_seconds: float = Field(
+        default=1.0, gt=0,
+        description=(
+            "Longest time the dispatcher sleeps between looks at the outbox (it is also woken "
+            "by every resolution)."
+        ),
+    )
+    webhook_secret_overlap_seconds: float = Field(
+        default=86400.0, ge=0,
+        description=(
+            "After a webhook secret rotation, how long the previous secret still signs "
+            "(a second signature), unless the request says otherwise."
+        ),
+    )
+    sse_keepalive_seconds: float = Field(
+        default=15.0, gt=0,
+        description="Idle time after which `GET /api/v1/events` sends a keep-alive comment.",
+    )
 
     @field_validator("database_url")
     @classmethod

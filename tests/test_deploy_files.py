@@ -181,7 +181,7 @@ def _dashboard_metric_names() -> set[str]:
     dash = json.loads((ROOT / "deploy/grafana/dashboards/proxy.json").read_text(encoding="utf-8"))
     names: set[str] = set()
     for panel in dash["panels"]:
-        for target in panel["targets"]:
+        for target in panel.get("targets", []):  # a "row" panel only groups the ones below it
             names.update(re.findall(r"\bproxy_[a-z_]+\b", target["expr"]))
     return names
 
@@ -196,7 +196,10 @@ def test_every_dashboard_metric_is_exported_by_the_service() -> None:
 def test_dashboard_covers_what_operators_watch() -> None:
     queried = _dashboard_metric_names()
     for needed in ("proxy_completeness", "proxy_budget_used", "proxy_probes_total",
-                   "proxy_probe_duration_seconds_bucket", "proxy_tick_jitter_seconds_bucket"):
+                   "proxy_probe_duration_seconds_bucket", "proxy_tick_jitter_seconds_bucket",
+                   # issue 19: delivery outcomes, latency (resolution to 2xx), outbox backlog
+                   "proxy_deliveries_total", "proxy_delivery_latency_seconds_bucket",
+                   "proxy_outbox_backlog"):
         assert needed in queried
 
 

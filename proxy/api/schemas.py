@@ -8,8 +8,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.notify.payload import Notification
 from proxy.rules import FeedModelEstimate
-from proxy.store import CapturedEntry, Cei, Ei, MetricsSummary, Profile, RegisteredFeed
+from proxy.store import (
+    CapturedEntry,
+    Cei,
+    Delivery,
+    Ei,
+    MetricsSummary,
+    NotifyTarget,
+    Profile,
+    RegisteredFeed,
+)
 
 
 class FeedIn(BaseModel):
@@ -106,18 +116,94 @@ class RuleOut(BaseModel):
     spec: Any
 
 
+class TargetOut(BaseModel):
+    """One of your notify targets (a webhook or an Apprise URL). ``secret`` is shown once:
+    in the answer that created the target or rotated its secret; null otherwise."""
+
+    id: int
+    kind: Literal["webhook", "apprise"]
+    url: str
+    disabled: bool
+    disabled_reason: str | None
+    created_at: dt.datetime
+    previous_secret_expires_at: dt.datetime | None = Field(
+        None, description="Until then the previous secret signs too (a second signature).")
+    secret: str | None = Field(
+        None, description="The Standard Webhooks secret (`whsec_…`): store it now, it is not shown again.")
+
+    @classmethod
+    def of(cls, t: NotifyTarget) -> TargetOut:
+        return cls(
+            id=t.id, kind=t.kind, url=t.url, disabled=t.disabled,
+            disabled_reason=t.disabled_reason, created_at=t.created_at,
+            previous_secret_expires_at=t.previous_secret_expires_at, secret=t.secret,
+        )
+
+
 class ProfileOut(BaseModel):
+    """A profile; ``notify`` its default notify targets as submitted; ``new_targets`` the
+    targets this request created, each with its secret (shown only here)."""
+
     id: int
     name: str
     created_at: dt.datetime
     updated_at: dt.datetime
     rules: list[RuleOut]
+    notify: Any = None
+    new_targets: list[TargetOut] = Field(default_factory=list)
 
     @classmethod
     def of(cls, p: Profile) -> ProfileOut:
         return cls(
             id=p.id, name=p.name, created_at=p.created_at, updated_at=p.updated_at,
             rules=[RuleOut(id=r.id, name=r.name, position=r.position, spec=r.spec) for r in p.rules],
+            notify=p.notify, new_targets=[TargetOut.of(t) for t in p.new_targets],
+        )
+
+
+class SecretRotationIn(BaseModel):
+    """Rotate a webhook target's secret; the previous one also signs for ``overlap_seconds``
+    (default ``PROXY_WEBHOOK_SECRET_OVERLAP_SECONDS``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlap_seconds: float | None = Field(None, ge=0, le=30 * 86400)
+
+
+class DeliveryOut(BaseModel):
+    """One notification to one of your targets: ``pending`` (being retried), ``delivered``
+    or ``failed`` (a dead letter: ``last_error`` says why). ``msg_id`` is the ``webhook-id``
+    header of every attempt."""
+
+    id: int
+    event_id: int
+    target_id: int
+    target_kind: Literal["webhook", "apprise"]
+    target_url: str
+    profile_id: int
+    cei_id: str
+    type: Literal["captured", "missed"]
+    msg_id: str
+    state: Literal["pending", "delivered", "failed"]
+    attempts: int
+    next_attempt_at: dt.datetime
+    last_attempt_at: dt.datetime | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: dt.datetime | None
+    created_at: dt.datetime
+    notification: Notification | None = Field(
+        None, description="The document sent (only on GET /api/v1/deliveries/{id}).")
+
+    @classmethod
+    def of(cls, d: Delivery, notification: Notification | None = None) -> DeliveryOut:
+        return cls(
+            id=d.id, event_id=d.event_id, target_id=d.target_id, target_kind=d.target_kind,
+            target_url=d.target_url, profile_id=d.profile_id, cei_id=d.cei_id, type=d.type,
+            msg_id=d.msg_id, state=d.state, attempts=d.attempts,
+            next_attempt_at=d.next_attempt_at, last_attempt_at=d.last_attempt_at,
+            last_status=d.last_status, last_error=d.last_error, delivered_at=d.delivered_at,
+            created_at=d.created_at, notification=notification,
         )
 
 

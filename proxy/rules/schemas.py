@@ -44,7 +44,9 @@ from proxy.rules._regex import UnsafeRegexError, compile_safe_regex
 from proxy.rules.durations import DurationError, parse_duration
 
 __all__ = [
+    "NOTIFY_EVENTS",
     "ConditionSpec",
+    "NotifySpec",
     "PeriodSpec",
     "ProfileSpec",
     "QuerySpec",
@@ -219,14 +221,80 @@ class WatchSpec(_Spec):
         return feeds
 
 
+#: The events a notify target can ask for: a CEI resolved as captured, or as missed.
+NOTIFY_EVENTS: tuple[str, ...] = ("captured", "missed")
+
+def _default_events() -> list[Literal["captured", "missed"]]:
+    return ["captured"]
+
+
+NotifyUrl = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2048)]
+
+
+class NotifySpec(_Spec):
+    """Where to tell the user that a CEI resolved: exactly one of ``webhook`` (an http(s) URL,
+    signed per the Standard Webhooks specification) or ``apprise`` (an Apprise URL such as
+    ``mailto://…`` or ``json://host/path``), and the ``events`` it wants (default:
+    ``["captured"]``).
+
+    Only the shape is checked here; the service checks the URL itself (the SSRF guard for
+    webhooks, Apprise's parser for Apprise URLs) and answers 422 naming the field.
+    """
+
+    webhook: NotifyUrl | None = None
+    apprise: NotifyUrl | None = None
+    events: list[Literal["captured", "missed"]] = Field(
+        default_factory=_default_events, min_length=1, max_length=2
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> NotifySpec:
+        if (self.webhook is None) == (self.apprise is None):
+            raise _invalid("notify", "a notify target needs exactly one of 'webhook' or 'apprise'")
+        if len(set(self.events)) != len(self.events):
+            raise _invalid("duplicate", "an event is listed twice in 'events'")
+        return self
+
+    @property
+    def kind(self) -> Literal["webhook", "apprise"]:
+        return "webhook" if self.webhook is not None else "apprise"
+
+    @property
+    def url(self) -> str:
+        url = self.webhook if self.webhook is not None else self.apprise
+        assert url is not None
+        return url
+
+
+NotifyList = Annotated[list[NotifySpec], Field(max_length=20)]
+
+
+def _distinct_targets(targets: list[NotifySpec] | None) -> list[NotifySpec] | None:
+    seen: set[tuple[str, str]] = set()
+    for target in targets or ():
+        if (target.kind, target.url) in seen:
+            raise _invalid("duplicate", f"{target.kind} {target.url!r} is listed twice; list its events once")
+        seen.add((target.kind, target.url))
+    return targets
+
+
 class RuleSpec(_Spec):
-    """One notification rule: exactly one of ``trigger`` (with ``query``) or ``watch``."""
+    """One notification rule: exactly one of ``trigger`` (with ``query``) or ``watch``.
+
+    ``notify``, when given (even empty), replaces the profile's ``notify`` for this rule's CEIs.
+    """
 
     name: Name
     trigger: TriggerSpec | None = None
     query: list[QuerySpec] | None = Field(default=None, min_length=1, max_length=100)
     watch: WatchSpec | None = None
     period: PeriodSpec | None = None
+    notify: NotifyList | None = None
+
+    @field_validator("notify")
+    @classmethod
+    def _distinct_notify(cls, targets: list[NotifySpec] | None) -> list[NotifySpec] | None:
+        return _distinct_targets(targets)
 
     @model_validator(mode="after")
     def _one_kind(self) -> RuleSpec:
@@ -276,6 +344,13 @@ class ProfileSpec(_Spec):
 
     name: Name
     rules: list[RuleSpec] = Field(min_length=1, max_length=100)
+    #: The default notify targets of the profile's rules (a rule's own ``notify`` replaces it).
+    notify: NotifyList | None = None
+
+    @field_validator("notify")
+    @classmethod
+    def _distinct_notify(cls, targets: list[NotifySpec] | None) -> list[NotifySpec] | None:
+        return _distinct_targets(targets)
 
     def feed_ids(self) -> list[str]:
         """Every feed id the profile mentions, in order of first mention (for existence checks)."""

@@ -155,6 +155,9 @@ class Writer:
     guard: Callable[[], bool] | None = None
     # (cei id) -> ordinal -> store EI id, for CEIs whose EIs may still be captured.
     ei_ids: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: Called after a round that wrote CEI resolutions (and so, maybe, outbox rows): wakes
+    #: the dispatcher and the event streams. Must not block.
+    on_resolved: Callable[[], None] | None = None
     _queue: asyncio.Queue[Sequence[Step]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
     written: int = 0
@@ -213,14 +216,17 @@ class Writer:
             # transaction, and rule states are written once per round (the latest wins).
             while len(batches) < self.max_round and not self._queue.empty():
                 batches.append(self._queue.get_nowait())
+            steps = [step for batch in batches for step in batch]
             try:
                 if self.guard is not None and not self.guard():
                     log.error("writes_dropped_without_lease", batches=len(batches))
                 else:
-                    await self._round([step for batch in batches for step in batch])
+                    await self._round(steps)
             except Exception:  # the writer must outlive any bug: log it and go on
                 log.exception("writer_round_failed")
             finally:
+                if self.on_resolved is not None and any(_resolves(s) for s in steps):
+                    self.on_resolved()
                 for _ in batches:
                     self._queue.task_done()
 
@@ -387,3 +393,7 @@ class Writer:
     async def _probe(self, step: ProbeWrite) -> None:
         record = await self.store.record_probe(*self._probe_args(step))
         self._after_probe(step, record)
+
+
+def _resolves(step: Step) -> bool:
+    return isinstance(step, Resolved) or (isinstance(step, ProbeWrite) and bool(step.resolved))

@@ -17,6 +17,9 @@ PROBE_OUTCOMES = (
     "too_large", "http_error", "network_error", "parse_error", "refused",
 )
 CEI_STATES = ("pending", "captured", "missed")
+# Outcomes of delivery attempts (proxy.service.dispatch): sent (2xx), will retry, given up
+# (dead letter), 410 Gone (target disabled), not sent because the target is disabled.
+DELIVERY_OUTCOMES = ("delivered", "retry", "failed", "gone", "target_disabled")
 
 
 @dataclass
@@ -64,10 +67,23 @@ class ServiceMetrics:
             "proxy_lease_epoch", "Epoch of the loop lease this process holds (0: none).", registry=r)
         self.leader_changes = Counter(
             "proxy_leader_changes", "Times this process took or lost the loop's lease.", registry=r)
+        self.deliveries = Counter(
+            "proxy_deliveries", "Notification delivery attempts, by outcome.", ["outcome"],
+            registry=r)
+        self.delivery_latency = Histogram(
+            "proxy_delivery_latency_seconds",
+            "From a CEI's resolution (stored) to its notification's 2xx, per delivery.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 86400),
+            registry=r)
+        self.outbox_backlog = Gauge(
+            "proxy_outbox_backlog", "Pending notification deliveries (due or awaiting a retry).",
+            registry=r)
         for outcome in PROBE_OUTCOMES:
             self.probes.labels(outcome=outcome)
         for state in CEI_STATES:
             self.ceis.labels(state=state)
+        for outcome in DELIVERY_OUTCOMES:
+            self.deliveries.labels(outcome=outcome)
 
     def exported_names(self) -> set[str]:
         """Every sample name this registry exposes (``_total``, ``_bucket`` … included)."""

@@ -28,7 +28,7 @@ import contextlib
 import datetime as dt
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,22 +36,39 @@ import structlog
 
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
-from proxy.feeds import Fetcher, FetcherSettings, NotModified, Ok, ProbePool, Prober, redact_url
+from proxy.feeds import (
+    Fetcher,
+    FetcherSettings,
+    NotModified,
+    Ok,
+    ProbePool,
+    Prober,
+    SystemResolver,
+    redact_url,
+)
+from proxy.notify.senders import Sender, WebhookSender
+from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
+from proxy.rules.schemas import NotifySpec
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
+from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
 from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
 from proxy.store import (
+    Delivery,
     Lease,
+    NotificationEvent,
+    NotifyTarget,
     Profile,
     RegisteredFeed,
     Registration,
     RuleInput,
     Store,
+    TargetInput,
     upgrade_database,
 )
 
@@ -126,6 +143,8 @@ class ProxyService:
         run_loop: bool = True,
         housekeeping: bool = True,
         lease: bool | None = None,
+        sender: Sender | None = None,
+        deliver: bool = True,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
@@ -139,6 +158,12 @@ class ProxyService:
         self._use_lease = run_loop if lease is None else lease
         self._leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
+        self._sender = sender
+        self._deliver = deliver
+        self._dispatcher: Dispatcher | None = None
+        #: Set and replaced whenever resolutions (and so events) were stored: the event
+        #: streams wait on it (:meth:`events_changed`).
+        self._events_changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._scheduler: Any = None
         self._runtime: Runtime | None = None
@@ -273,6 +298,7 @@ class ProxyService:
         (the new holder restores from the database and decides again).
         """
         loop_task, loop, writer = self._loop_task, self._loop, self._writer
+        dispatcher, self._dispatcher = self._dispatcher, None
         self._loop_task = None
         self._runtime = None
         self._loop = None
@@ -287,6 +313,8 @@ class ProxyService:
             await loop.stop()
         if writer is not None:
             await writer.abort()
+        if dispatcher is not None:  # the new leader delivers (the outbox is in the database)
+            await dispatcher.stop()
         if loop_task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop_task
@@ -301,9 +329,12 @@ class ProxyService:
         s = self.settings
         store = self.store
         self._clock = clock = await self._load_clock(store)
+        # The outbox's documents give windows as wall times too.
+        store.chronon_start = clock.start_of
         runtime = Runtime(clock)
         leader = self._leader
-        writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None)
+        writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None,
+                        on_resolved=self._resolved)
         collected = await store.collect_unregistered_feeds()
         if collected:
             # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
@@ -332,6 +363,19 @@ class ProxyService:
         gc.freeze()
         writer.start()
         writer.submit(steps)
+        if self._deliver:
+            # Rows left pending by a previous run (even one killed between commit and send)
+            # are due at once: the dispatcher's first look finds them.
+            self._dispatcher = Dispatcher(
+                store, self._sender or WebhookSender(
+                    fetcher_settings(s).address_policy, timeout=s.delivery_timeout_seconds),
+                self.metrics,
+                RetryPolicy(s.delivery_retry_base_seconds, s.delivery_retry_max_seconds,
+                            s.delivery_retry_window_seconds),
+                concurrency=s.delivery_concurrency, per_target=s.delivery_per_target_concurrency,
+                poll=s.delivery_poll_seconds, wall=self._wall,
+            )
+            self._dispatcher.start()
         self._loop = ChrononLoop(
             runtime, store, writer, self.fetcher, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
@@ -369,6 +413,9 @@ class ProxyService:
             await self._loop.stop()
         if self._writer is not None:
             await self._writer.stop()
+        if self._dispatcher is not None:
+            await self._dispatcher.stop()
+            self._dispatcher = None
         if self._runtime is not None and self._store is not None:
             with contextlib.suppress(StorageError):  # logged inside; never block a shutdown
                 await self.save_update_models()
@@ -554,7 +601,8 @@ class ProxyService:
         rt = self._require_leader()
         await self._check(user_id, spec)
         async with self._lock:
-            profile = await self.store.create_profile(user_id, spec.name, _rule_inputs(spec))
+            profile = await self.store.create_profile(
+                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
             try:
                 steps = rt.install(profile, restore_states=False)
             except Exception:
@@ -571,7 +619,8 @@ class ProxyService:
         await self.store.get_profile(user_id, profile_id)
         await self._check(user_id, spec)
         async with self._lock:
-            profile = await self.store.replace_profile(user_id, profile_id, spec.name, _rule_inputs(spec))
+            profile = await self.store.replace_profile(
+                user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
             steps = rt.install(profile, restore_states=False)
         self._submit(steps)
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
@@ -584,6 +633,14 @@ class ProxyService:
         rt = self.runtime
         check_feeds(spec, rt.feeds, await self.store.registered_feed_ids(user_id))
         TriggerEvaluator(rt.clock).add_profile("check", spec, rt.feeds.resource_of)
+        # Notify targets: the feeds' SSRF guard for webhooks (issue 19), Apprise's parser.
+        targets = [(f"notify.{i}.{t.kind}", t.kind, t.url) for i, t in enumerate(spec.notify or ())]
+        for r, rule in enumerate(spec.rules):
+            targets += [(f"rules.{r}.notify.{i}.{t.kind}", t.kind, t.url)
+                        for i, t in enumerate(rule.notify or ())]
+        if targets:
+            policy = fetcher_settings(self.settings).address_policy
+            await check_targets(targets, policy, SystemResolver())
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
         self._require_leader()
@@ -592,6 +649,66 @@ class ProxyService:
             steps = self.runtime.uninstall(profile_id)
         self._submit(steps)
         log.info("profile_deleted", profile=profile_id, user=user_id)
+
+    # ------------------------------------------------------------------ delivery
+
+    def _resolved(self) -> None:
+        """The writer stored resolutions: wake the dispatcher and the event streams."""
+        if self._dispatcher is not None:
+            self._dispatcher.wake()
+        changed, self._events_changed = self._events_changed, asyncio.Event()
+        changed.set()
+
+    def events_changed(self) -> asyncio.Event:
+        """An event set at the next stored resolution: take it BEFORE reading the events
+        table, then wait on it, so nothing stored in between is slept through."""
+        return self._events_changed
+
+    async def stream_events(
+        self, user_id: int, after: int
+    ) -> AsyncIterator[NotificationEvent | None]:
+        """The user's events with ids above ``after``, then each new one as it is stored, for
+        ever; ``None`` after ``sse_keepalive_seconds`` without one (send a keep-alive).
+
+        Read from the events table, so a client that reconnects with the last id it saw
+        gets every later event once (ids grow in commit order: one writer stores them)."""
+        last = after
+        while True:
+            changed = self.events_changed()
+            events = await self.store.events_after(user_id, last)
+            for event in events:
+                last = event.id
+                yield event
+            if events:
+                continue
+            try:
+                await asyncio.wait_for(changed.wait(), self.settings.sse_keepalive_seconds)
+            except TimeoutError:
+                yield None
+
+    async def retry_delivery(self, user_id: int, delivery_id: int) -> Delivery:
+        """Send a (failed) delivery again now, with a fresh retry window."""
+        delivery = await self.store.retry_delivery(user_id, delivery_id)
+        if self._dispatcher is not None:
+            self._dispatcher.wake()
+        log.info("delivery_retry_requested", delivery=delivery_id, user=user_id)
+        return delivery
+
+    async def rotate_target_secret(
+        self, user_id: int, target_id: int, overlap_seconds: float | None = None
+    ) -> NotifyTarget:
+        """A new webhook secret (shown once); the old one also signs for the overlap."""
+        seconds = (self.settings.webhook_secret_overlap_seconds
+                   if overlap_seconds is None else overlap_seconds)
+        target = await self.store.rotate_target_secret(
+            user_id, target_id, dt.timedelta(seconds=seconds))
+        log.info("target_secret_rotated", target=target_id, user=user_id, overlap=seconds)
+        return target
+
+    async def enable_target(self, user_id: int, target_id: int) -> NotifyTarget:
+        target = await self.store.enable_target(user_id, target_id)
+        log.info("target_enabled", target=target_id, user=user_id)
+        return target
 
     # ------------------------------------------------------------------ status
 
@@ -648,9 +765,23 @@ class ProxyService:
             self._writer.submit(steps)
 
 
+def _targets(notify: list[NotifySpec] | None) -> tuple[TargetInput, ...] | None:
+    if notify is None:
+        return None
+    return tuple(TargetInput(t.kind, t.url, tuple(t.events)) for t in notify)
+
+
+def _profile_notify(spec: ProfileSpec) -> tuple[tuple[TargetInput, ...] | None, Any]:
+    """The profile's default targets, and as submitted (JSON) for reading it back."""
+    as_json = None if spec.notify is None else [
+        t.model_dump(mode="json", exclude_none=True) for t in spec.notify]
+    return _targets(spec.notify), as_json
+
+
 def _rule_inputs(spec: ProfileSpec) -> list[RuleInput]:
     return [
-        RuleInput(rule.name, rule.model_dump(mode="json", exclude_none=True), rule_feed_ids(spec, i))
+        RuleInput(rule.name, rule.model_dump(mode="json", exclude_none=True), rule_feed_ids(spec, i),
+                  _targets(rule.notify))
         for i, rule in enumerate(spec.rules)
     ]
 

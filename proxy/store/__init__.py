@@ -9,7 +9,8 @@ Public API::
              Entry, CapturedEntry, Probe, MetricsSummary, ProfileCompleteness, PurgeResult,
              ProbeRecord, Lease (who runs the chronon loop: holder, epoch, expiry)
     inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
-             ProbeItem (one probe's inputs to record_probes)
+             ProbeItem (one probe's inputs to record_probes), TargetInput, AttemptOutcome
+    outbox:  NotifyTarget, NotificationEvent, Delivery, DueDelivery (issue 19)
 
 Nothing outside this package writes SQL. The store knows nothing of policies,
 HTTP or rule semantics.
@@ -20,11 +21,15 @@ from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
 from proxy.store._types import (
     CEI_STATES,
+    AttemptOutcome,
     CapturedEntry,
     CaptureInput,
     Cei,
     CeiState,
     CeiStateChange,
+    Delivery,
+    DeliveryState,
+    DueDelivery,
     Ei,
     Entry,
     Feed,
@@ -33,6 +38,8 @@ from proxy.store._types import (
     MetricsSummary,
     NewEi,
     NewEntry,
+    NotificationEvent,
+    NotifyTarget,
     Probe,
     ProbeInput,
     ProbeItem,
@@ -44,17 +51,22 @@ from proxy.store._types import (
     Registration,
     Rule,
     RuleInput,
+    TargetInput,
     User,
 )
 from proxy.store.migrate import current_revision, downgrade_database, upgrade_database
 
 __all__ = [
     "CEI_STATES",
+    "AttemptOutcome",
     "CaptureInput",
     "CapturedEntry",
     "Cei",
     "CeiState",
     "CeiStateChange",
+    "Delivery",
+    "DeliveryState",
+    "DueDelivery",
     "Ei",
     "Entry",
     "Feed",
@@ -64,6 +76,8 @@ __all__ = [
     "MetricsSummary",
     "NewEi",
     "NewEntry",
+    "NotificationEvent",
+    "NotifyTarget",
     "Probe",
     "ProbeInput",
     "ProbeItem",
@@ -76,6 +90,7 @@ __all__ = [
     "Rule",
     "RuleInput",
     "Store",
+    "TargetInput",
     "User",
     "current_revision",
     "downgrade_database",

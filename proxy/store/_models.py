@@ -29,6 +29,18 @@ Tables
 ``leases``           named exclusive leases (``chronon-loop``: which process runs the loop);
                      ``epoch`` grows by one at every acquisition and is never reused (fencing);
                      ``holder`` is NULL once released. :mod:`proxy.store._lease` has the SQL.
+``notify_targets``   a user's delivery endpoints (issue 19): a webhook or Apprise URL,
+                     UNIQUE (user_id, kind, url_hash); a webhook's Standard Webhooks
+                     ``secret`` and, during a rotation's overlap, ``previous_secret`` until
+                     ``previous_secret_expires_at``. ``disabled`` after a 410 Gone.
+``notify_subscriptions`` which targets a profile's rules notify, for which events
+                     (``rule_id`` NULL: the profile's default, for CEIs without a rule).
+``notification_events`` the outbox's documents: one per resolved CEI (UNIQUE cei_id),
+                     written in the transaction that resolves it; ``id`` is the
+                     monotonic SSE event id, ``payload`` the rendered JSON (version 1).
+``deliveries``       one row per (event, target), UNIQUE: ``pending`` until delivered
+                     (``delivered``) or given up (``failed``: the dead letters);
+                     ``msg_id`` is the ``webhook-id`` of every attempt.
 
 Time stamps are timezone-aware UTC on both backends (:class:`UTCDateTime`).
 This module holds no queries; :mod:`proxy.store._repository` does.
@@ -73,6 +85,9 @@ NAMING_CONVENTION = {
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 STATES = ("pending", "captured", "missed")
+DELIVERY_STATES = ("pending", "delivered", "failed")
+TARGET_KINDS = ("webhook", "apprise")
+EVENT_TYPES = ("captured", "missed")
 
 # Ids are handed out to users and kept in the service's memory: SQLite must not
 # reuse the id of a deleted row (it does without AUTOINCREMENT), as PostgreSQL
@@ -115,8 +130,8 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dt.datetime: UTCDateTime()}
 
 
-def _state_check(column: str) -> CheckConstraint:
-    allowed = ", ".join(f"'{s}'" for s in STATES)
+def _state_check(column: str, states: tuple[str, ...] = STATES) -> CheckConstraint:
+    allowed = ", ".join(f"'{s}'" for s in states)
     return CheckConstraint(f"{column} IN ({allowed})", name=f"{column}_valid")
 
 
@@ -188,6 +203,8 @@ class ProfileRow(Base):
     name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[dt.datetime]
     updated_at: Mapped[dt.datetime]
+    # The profile's default notify targets as submitted (JSON list), or NULL.
+    notify: Mapped[Any | None] = mapped_column(JSON)
 
 
 class RuleRow(Base):
@@ -345,6 +362,90 @@ class LeaseRow(Base):
     acquired_at: Mapped[dt.datetime]
     renewed_at: Mapped[dt.datetime]
     expires_at: Mapped[dt.datetime]
+class NotifyTargetRow(Base):
+    __tablename__ = "notify_targets"
+    __table_args__ = (
+        UniqueConstraint("user_id", "kind", "url_hash", name="uq_notify_targets_user_id_kind_url_hash"),
+        _state_check("kind", TARGET_KINDS),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    url: Mapped[str] = mapped_column(Text)
+    url_hash: Mapped[str] = mapped_column(String(64))  # sha256 hex: URLs are too long to index
+    secret: Mapped[str | None] = mapped_column(String(100))
+    previous_secret: Mapped[str | None] = mapped_column(String(100))
+    previous_secret_expires_at: Mapped[dt.datetime | None]
+    disabled: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+
+class NotifySubscriptionRow(Base):
+    __tablename__ = "notify_subscriptions"
+    __table_args__ = (NO_REUSE,)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    profile_id: Mapped[int] = mapped_column(
+        ForeignKey("profiles.id", ondelete="CASCADE"), index=True
+    )
+    rule_id: Mapped[int | None] = mapped_column(
+        ForeignKey("rules.id", ondelete="CASCADE"), index=True
+    )
+    target_id: Mapped[int] = mapped_column(
+        ForeignKey("notify_targets.id", ondelete="CASCADE"), index=True
+    )
+    events: Mapped[str] = mapped_column(String(32))  # "captured,missed"
+
+
+class NotificationEventRow(Base):
+    __tablename__ = "notification_events"
+    __table_args__ = (
+        Index("ix_notification_events_user_id_id", "user_id", "id"),
+        _state_check("type", EVENT_TYPES),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    profile_id: Mapped[int] = mapped_column(
+        ForeignKey("profiles.id", ondelete="CASCADE"), index=True
+    )
+    cei_id: Mapped[str] = mapped_column(String(64), unique=True)
+    type: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+
+class DeliveryRow(Base):
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        UniqueConstraint("event_id", "target_id", name="uq_deliveries_event_id_target_id"),
+        Index("ix_deliveries_state_next_attempt_at", "state", "next_attempt_at"),
+        _state_check("state", DELIVERY_STATES),
+        NO_REUSE,
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    event_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"),
+        ForeignKey("notification_events.id", ondelete="CASCADE"),
+    )
+    target_id: Mapped[int] = mapped_column(
+        ForeignKey("notify_targets.id", ondelete="CASCADE"), index=True
+    )
+    msg_id: Mapped[str] = mapped_column(String(64), unique=True)
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    next_attempt_at: Mapped[dt.datetime]
+    window_start: Mapped[dt.datetime]  # retries go on until window_start + the retry window
+    last_attempt_at: Mapped[dt.datetime | None]
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[dt.datetime | None]
+    created_at: Mapped[dt.datetime]
 
 
 metadata = Base.metadata

@@ -325,6 +325,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
         EIs of a missed CEI become missed."""
         if not changes:
             return
+        before = await self._cei_states(conn, [c.cei_id for c in changes])
         ceis = cast(Table, CeiRow.__table__)
         await conn.execute(
             update(ceis)
@@ -343,6 +344,8 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 .where(eis.c.cei_id.in_(chunk), eis.c.state == "pending")
                 .values(state="missed")
             )
+        # The outbox: the notifications of these resolutions, in this same transaction.
+        await self._write_events(conn, changes, before)
 
     async def _apply_feed_updates(self, conn: AsyncConnection, items: Sequence[ProbeItem]) -> None:
         """The feeds' health updates, as if applied one by one in order.

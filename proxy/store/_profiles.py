@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from sqlalchemy import Select, Table, and_, bindparam, delete, insert, select, update
@@ -17,7 +18,6 @@ from proxy.errors import (
     ProfileNotFoundError,
     ValidationError,
 )
-from proxy.store._accounts import AccountsAndFeeds
 from proxy.store._base import (
     _check_state,
     _chunks,
@@ -37,6 +37,7 @@ from proxy.store._models import (
     RuleRow,
     UserRow,
 )
+from proxy.store._outbox import Outbox
 from proxy.store._types import (
     Cei,
     CeiState,
@@ -46,18 +47,30 @@ from proxy.store._types import (
     Profile,
     Rule,
     RuleInput,
+    TargetInput,
 )
 
 
-class ProfilesAndCeis(AccountsAndFeeds):
+class ProfilesAndCeis(Outbox):
     """Profiles with their rules, and the CEIs/EIs the rules released."""
 
     # --- profiles and rules ---------------------------------------------------------
 
-    async def create_profile(self, user_id: int, name: str, rules: Sequence[RuleInput]) -> Profile:
+    async def create_profile(
+        self,
+        user_id: int,
+        name: str,
+        rules: Sequence[RuleInput],
+        notify: Sequence[TargetInput] | None = None,
+        notify_spec: Any = None,
+    ) -> Profile:
         """Create a profile with its rules (in order). Raises :class:`ConflictError` for a taken
         name, :class:`FeedNotFoundError` for a rule reading a feed the user has not registered
-        (unknown, or only other users') and :class:`NotFoundError` for an unknown user."""
+        (unknown, or only other users') and :class:`NotFoundError` for an unknown user.
+
+        ``notify``: the profile's default notify targets (``notify_spec``: as submitted, JSON);
+        targets the user did not have yet are created, and returned once with their secrets
+        in :attr:`Profile.new_targets`."""
         name = _profile_name(name)
         now = self._clock()
         async with self._tx() as conn:
@@ -70,21 +83,32 @@ class ProfilesAndCeis(AccountsAndFeeds):
                 profile_id = (
                     await conn.execute(
                         insert(ProfileRow)
-                        .values(user_id=user_id, name=name, created_at=now, updated_at=now)
+                        .values(user_id=user_id, name=name, created_at=now, updated_at=now,
+                                notify=notify_spec)
                         .returning(ProfileRow.id)
                     )
                 ).scalar_one()
             except IntegrityError:
                 raise ConflictError(f"you already have a profile named {name!r}") from None
-            await self._insert_rules(conn, profile_id, rules, {})
-            return await self._load_profile(conn, user_id, profile_id)
+            rule_ids = await self._insert_rules(conn, profile_id, rules, {})
+            created = await self._link_targets(
+                conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
+            profile = await self._load_profile(conn, user_id, profile_id)
+            return replace(profile, new_targets=created)
 
     async def replace_profile(
-        self, user_id: int, profile_id: int, name: str, rules: Sequence[RuleInput]
+        self,
+        user_id: int,
+        profile_id: int,
+        name: str,
+        rules: Sequence[RuleInput],
+        notify: Sequence[TargetInput] | None = None,
+        notify_spec: Any = None,
     ) -> Profile:
-        """Replace a profile's name and rules. A new rule with the same name and spec as an
-        old one keeps its runtime state; other rules start afresh. CEIs stay (their
-        ``rule_id`` becomes null if their rule went away)."""
+        """Replace a profile's name, rules and notify targets. A new rule with the same name
+        and spec (its ``notify`` aside) as an old one keeps its runtime state; other rules
+        start afresh. CEIs stay (their ``rule_id`` becomes null if their rule went away, and
+        they then notify the profile's default targets)."""
         name = _profile_name(name)
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
@@ -96,18 +120,21 @@ class ProfilesAndCeis(AccountsAndFeeds):
                     )
                 )
             ).all()
-            kept_state = {(row.name, _json_key(row.spec)): row.state for row in old}
+            kept_state = {(row.name, _state_key(row.spec)): row.state for row in old}
             await conn.execute(delete(RuleRow).where(RuleRow.profile_id == profile_id))
             try:
                 await conn.execute(
                     update(ProfileRow)
                     .where(ProfileRow.id == profile_id)
-                    .values(name=name, updated_at=self._clock())
+                    .values(name=name, updated_at=self._clock(), notify=notify_spec)
                 )
             except IntegrityError:
                 raise ConflictError(f"you already have a profile named {name!r}") from None
-            await self._insert_rules(conn, profile_id, rules, kept_state)
-            return await self._load_profile(conn, user_id, profile_id)
+            rule_ids = await self._insert_rules(conn, profile_id, rules, kept_state)
+            created = await self._link_targets(
+                conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
+            profile = await self._load_profile(conn, user_id, profile_id)
+            return replace(profile, new_targets=created)
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
         """Delete a profile with its rules and CEIs. Raises :class:`ProfileNotFoundError`."""
@@ -197,7 +224,8 @@ class ProfilesAndCeis(AccountsAndFeeds):
         profile_id: int,
         rules: Sequence[RuleInput],
         kept_state: dict[tuple[str, str], Any],
-    ) -> None:
+    ) -> list[int]:
+        ids = []
         for position, rule in enumerate(rules):
             if not rule.name.strip() or len(rule.name) > 200:
                 raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
@@ -209,16 +237,18 @@ class ProfilesAndCeis(AccountsAndFeeds):
                         name=rule.name,
                         position=position,
                         spec=rule.spec,
-                        state=kept_state.get((rule.name, _json_key(rule.spec))),
+                        state=kept_state.get((rule.name, _state_key(rule.spec))),
                     )
                     .returning(RuleRow.id)
                 )
             ).scalar_one()
+            ids.append(rule_id)
             feed_ids = sorted(set(rule.feed_ids))
             if feed_ids:
                 await conn.execute(
                     insert(RuleFeedRow), [{"rule_id": rule_id, "feed_id": f} for f in feed_ids]
                 )
+        return ids
 
     async def _owned_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> None:
         found = (
@@ -285,6 +315,7 @@ class ProfilesAndCeis(AccountsAndFeeds):
                 created_at=row.created_at,
                 updated_at=row.updated_at,
                 rules=tuple(rules_by_profile[row.id]),
+                notify=row.notify,
             )
             for row in profile_rows
         ]
@@ -483,6 +514,7 @@ class ProfilesAndCeis(AccountsAndFeeds):
         self, conn: AsyncConnection, change: CeiStateChange, *, missing_ok: bool = False
     ) -> bool:
         state = _check_state(change.state)
+        before = await self._cei_states(conn, [change.cei_id])
         result = await conn.execute(
             update(CeiRow)
             .where(CeiRow.id == change.cei_id)
@@ -498,6 +530,7 @@ class ProfilesAndCeis(AccountsAndFeeds):
                 .where(EiRow.cei_id == change.cei_id, EiRow.state == "pending")
                 .values(state="missed")
             )
+        await self._write_events(conn, [change], before)
         return True
 
     async def set_ei_captured(self, ei_id: int, chronon: int, probe_id: int | None = None) -> bool:
@@ -633,3 +666,11 @@ class ProfilesAndCeis(AccountsAndFeeds):
             )
             for row in cei_rows
         ]
+
+
+def _state_key(spec: Any) -> str:
+    """What must stay equal for a replaced rule to keep its runtime state: the spec without
+    ``notify`` (where a rule's notifications go does not change what it decided)."""
+    if isinstance(spec, dict):
+        spec = {k: v for k, v in spec.items() if k != "notify"}
+    return _json_key(spec)

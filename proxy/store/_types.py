@@ -99,8 +99,32 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
+class NotifyTarget:
+    """One of a user's delivery endpoints (a webhook or an Apprise URL).
+
+    ``secret`` is set only in the answer that created the endpoint or rotated its
+    secret: it is shown once. ``previous_secret_expires_at``: until then the
+    previous secret signs too (a rotation's overlap).
+    """
+
+    id: int
+    user_id: int
+    kind: Literal["webhook", "apprise"]
+    url: str
+    disabled: bool
+    disabled_reason: str | None
+    created_at: dt.datetime
+    previous_secret_expires_at: dt.datetime | None = None
+    secret: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
-    """A user's profile and its rules in order."""
+    """A user's profile and its rules in order.
+
+    ``notify`` is the profile's default notify targets as submitted (JSON), or None;
+    ``new_targets`` the endpoints that storing it created, with their secrets (shown once).
+    """
 
     id: int
     user_id: int
@@ -108,6 +132,8 @@ class Profile:
     created_at: dt.datetime
     updated_at: dt.datetime
     rules: tuple[Rule, ...]
+    notify: Any = None
+    new_targets: tuple[NotifyTarget, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +247,84 @@ class MetricsSummary:
         return self.budget_used / self.budget_total if self.budget_total else None
 
 
+DeliveryState = Literal["pending", "delivered", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationEvent:
+    """A stored notification document (one per resolved CEI); ``id`` is the SSE event id."""
+
+    id: int
+    user_id: int
+    profile_id: int
+    cei_id: str
+    type: Literal["captured", "missed"]
+    payload: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One (event, target) row of the outbox, as its owner sees it."""
+
+    id: int
+    event_id: int
+    target_id: int
+    target_kind: Literal["webhook", "apprise"]
+    target_url: str
+    profile_id: int
+    cei_id: str
+    type: Literal["captured", "missed"]
+    msg_id: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: dt.datetime
+    last_attempt_at: dt.datetime | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: dt.datetime | None
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DueDelivery:
+    """A pending delivery whose next attempt is due, with everything the dispatcher sends.
+
+    ``secrets``: the target's current secret, then the previous one while its overlap
+    lasts (webhooks; empty for Apprise). ``resolved_at``: when the event was stored
+    (delivery latency is measured from it).
+    """
+
+    id: int
+    event_id: int
+    target_id: int
+    kind: Literal["webhook", "apprise"]
+    url: str
+    secrets: tuple[str, ...]
+    msg_id: str
+    payload: str
+    attempts: int
+    window_start: dt.datetime
+    resolved_at: dt.datetime
+    target_disabled: str | None  # the reason, when the target is disabled
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """What one delivery attempt decided, to store: the row's new state and, on a 410 Gone,
+    the reason to disable its target."""
+
+    delivery_id: int
+    target_id: int
+    at: dt.datetime
+    state: DeliveryState
+    next_attempt_at: dt.datetime
+    status: int | None = None
+    error: str | None = None
+    disable_target: str | None = None
+    attempted: bool = True  # False: given up without sending (target disabled)
+
+
 @dataclass(frozen=True, slots=True)
 class PurgeResult:
     """How many rows a retention purge deleted."""
@@ -233,12 +337,26 @@ class PurgeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetInput:
+    """A notify target as a profile or rule names it: ``kind`` (webhook, apprise), URL, events."""
+
+    kind: Literal["webhook", "apprise"]
+    url: str
+    events: tuple[str, ...] = ("captured",)
+
+
+@dataclass(frozen=True, slots=True)
 class RuleInput:
-    """A rule to store: its name, its validated ``spec`` (JSON-able) and the feeds it reads."""
+    """A rule to store: its name, its validated ``spec`` (JSON-able) and the feeds it reads.
+
+    ``notify``: the rule's own notify targets (replacing the profile's), or None to use
+    the profile's.
+    """
 
     name: str
     spec: Any
     feed_ids: tuple[int, ...] = ()
+    notify: tuple[TargetInput, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,117 @@
+"""The notification document, version 1: what a webhook receives, what ``/events`` streams.
+
+One JSON document per resolved CEI (an *event*), the same bytes for every target
+and every retry (the store renders it once, in the transaction that resolves the
+CEI). Its shape is this module's pydantic models, which are also the OpenAPI
+schema of ``GET /api/v1/events`` and the reference of ``docs/notifications.md``.
+
+Versioning: ``version`` is 1. Fields may be added within version 1 (receivers
+must ignore unknown fields); renaming, removing or retyping a field makes
+version 2.
+
+This module does no I/O: the store fills it, the dispatcher and the SSE route
+only read it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "NOTIFICATION_VERSION",
+    "CeiInfo",
+    "EntryInfo",
+    "FeedFailure",
+    "NamedRef",
+    "Notification",
+    "NotificationEi",
+]
+
+NOTIFICATION_VERSION = 1
+
+#: At most this many new entries are listed per EI (``more_entries`` counts the rest).
+MAX_ENTRIES_PER_EI = 20
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class NamedRef(_Doc):
+    """A profile or rule: its id and name."""
+
+    id: int
+    name: str
+
+
+class EntryInfo(_Doc):
+    """A new entry the capturing probe found on the EI's feed."""
+
+    title: str | None
+    link: str | None
+    published: dt.datetime | None
+    summary: str | None
+
+
+class FeedFailure(_Doc):
+    """The last failed probe of the EI's feed within the EI's window."""
+
+    outcome: str = Field(description="The probe's outcome, e.g. `timeout`, `http_error`.")
+    http_status: int | None
+    error: str | None
+    chronon: int | None
+    at: dt.datetime
+
+
+class NotificationEi(_Doc):
+    """One EI of the CEI: its feed, window and what became of it."""
+
+    ordinal: int
+    feed_id: int
+    feed_url: str = Field(description="The feed's URL as the profile's owner registered it.")
+    state: Literal["pending", "captured", "missed"]
+    start: int = Field(description="First chronon of the window.")
+    finish: int = Field(description="Last chronon of the window.")
+    window_start: dt.datetime | None
+    window_end: dt.datetime | None = Field(description="End of the window (exclusive).")
+    captured_chronon: int | None
+    captured_at: dt.datetime | None
+    entries: list[EntryInfo] = Field(
+        default_factory=list,
+        description="New entries the capturing probe found on this feed (captured EIs only).",
+    )
+    more_entries: int = Field(0, description="New entries not listed (over the limit of 20).")
+    missed_reason: Literal["window_passed", "feed_failing"] | None = Field(
+        None,
+        description=(
+            "Why a missed EI was missed: its window passed without a successful probe, "
+            "or the feed failed when probed in the window (see `feed_failure`)."
+        ),
+    )
+    feed_failure: FeedFailure | None = None
+
+
+class CeiInfo(_Doc):
+    """The resolved CEI."""
+
+    id: str
+    state: Literal["captured", "missed"]
+    release: int
+    resolved_chronon: int | None
+    resolved_at: dt.datetime | None
+
+
+class Notification(_Doc):
+    """A CEI of one of your profiles was resolved (``type``: ``captured`` or ``missed``)."""
+
+    version: Literal[1] = 1
+    type: Literal["captured", "missed"]
+    event_id: int = Field(description="Monotonic id of the event (the SSE `id:`).")
+    created_at: dt.datetime = Field(description="When the resolution was stored.")
+    profile: NamedRef
+    rule: NamedRef | None = Field(description="Null when the rule was replaced meanwhile.")
+    cei: CeiInfo
+    eis: list[NotificationEi]
