@@ -14,7 +14,7 @@ import pytest
 
 from proxy.api import make_app
 from proxy.service import ProxyService
-from tests.test_e2e_support import e2e_settings, motivating
+from tests.test_e2e_support import e2e_settings, motivating, users_app
 
 AUCTION = {"name": "auctions", "rules": [{"name": "watch 3", "watch": {"feeds": ["A", "B", "C"],
                                                                       "within": "10m"}}]}
@@ -38,17 +38,8 @@ class Api:
 
 @pytest.fixture
 async def api(sqlite_url: str) -> AsyncIterator[Api]:
-    settings = e2e_settings(sqlite_url)
-    service = ProxyService(settings, run_loop=False, housekeeping=False)
-    await service.start()
-    try:
-        keys = {name: (await service.store.create_user(name))[1] for name in ("alice", "bob")}
-        app = make_app(settings, service=service, manage_service=False)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://proxy.test") as client:
-            yield Api(service, client, keys)
-    finally:
-        await service.stop()
+    async with users_app(sqlite_url) as (service, client, keys):
+        yield Api(service, client, keys)
 
 
 async def _feeds(api: Api, n: int) -> list[int]:

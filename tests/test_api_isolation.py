@@ -17,9 +17,8 @@ import httpx
 import pytest
 import structlog
 
-from proxy.api import make_app
 from proxy.service import ProxyService
-from tests.test_e2e_support import e2e_settings
+from tests.test_e2e_support import users_app
 
 SECRET = "alice-private-token"
 ALICE_URL = f"http://127.0.0.1:9/feed.xml?secret={SECRET}"
@@ -49,17 +48,8 @@ class Users:
 
 @pytest.fixture
 async def users(database_url: str) -> AsyncIterator[Users]:
-    settings = e2e_settings(database_url)
-    service = ProxyService(settings, run_loop=False, housekeeping=False)
-    await service.start()
-    try:
-        keys = {name: (await service.store.create_user(name))[1] for name in ("alice", "bob")}
-        app = make_app(settings, service=service, manage_service=False)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://proxy.test") as client:
-            yield Users(service, client, keys)
-    finally:
-        await service.stop()
+    async with users_app(database_url) as (service, client, keys):
+        yield Users(service, client, keys)
 
 
 def _watch(*feed_ids: int, name: str = "watch") -> dict[str, Any]:

@@ -77,6 +77,24 @@ async def running(settings: Settings, user: str = "alice") -> AsyncIterator[Runn
         await service.stop()
 
 
+@asynccontextmanager
+async def users_app(
+    database_url: str, names: tuple[str, ...] = ("alice", "bob")
+) -> AsyncIterator[tuple[ProxyService, httpx.AsyncClient, dict[str, str]]]:
+    """A started service that does not tick, an in-process API client, and one API key per user."""
+    settings = e2e_settings(database_url)
+    service = ProxyService(settings, run_loop=False, housekeeping=False)
+    await service.start()
+    try:
+        keys = {name: (await service.store.create_user(name))[1] for name in names}
+        app = make_app(settings, service=service, manage_service=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://proxy.test") as client:
+            yield service, client, keys
+    finally:
+        await service.stop()
+
+
 async def eventually(
     check: Callable[[], Awaitable[T | None]], *, within: float = 20.0, what: str = "condition"
 ) -> T:
