@@ -220,8 +220,9 @@ class LeastBudget:
     """The answer to the dual problem: the least budget reaching ``target``, or ``None``.
 
     ``point`` is the plan at that budget; ``best`` the highest completeness
-    the search saw (at ``max_budget`` when the target is out of reach);
-    ``evaluated`` every budget tried, ascending.
+    seen up to ``max_budget`` (at ``max_budget`` when the target is out of
+    reach); ``evaluated`` every budget up to ``max_budget`` evaluated so far
+    (the planner memoises), ascending.
     """
 
     target: float
@@ -410,7 +411,7 @@ class Planner:
         return self._answer(target, hi, cap)
 
     def _answer(self, target: float, budget: int | None, cap: int) -> LeastBudget:
-        points = tuple(self._memo[b] for b in sorted(self._memo) if b >= 1)
+        points = tuple(self._memo[b] for b in sorted(self._memo) if 1 <= b <= cap)
         seen = [p for p in points if p.completeness is not None]
         best = max(seen, key=lambda p: (p.completeness, -p.budget)) if seen else None
         point = self._memo[budget] if budget is not None else None
