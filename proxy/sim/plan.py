@@ -10,8 +10,8 @@ from per-feed update intensities (for the service: its learnt
   over ``S`` sampled futures, with its standard error) and the probes per
   chronon it uses;
 * :meth:`Planner.least_budget` — the least integer budget whose expected
-  completeness reaches a target (002's dual problem), galloping up from a
-  starting budget then bisecting. Every budget runs on the *same* futures
+  completeness reaches a target (002's dual problem), searched up from a
+  starting budget then down (guarded secant steps). Every budget runs on the *same* futures
   (common random numbers), so the search compares budgets, not noise, and
   ``least - 1`` always falls short of the target on these futures.
 
@@ -378,8 +378,13 @@ class Planner:
     def least_budget(self, target: float, *, start: int = 1, max_budget: int | None = None) -> LeastBudget:
         """The least budget in ``1..max_budget`` whose expected completeness is at least ``target``.
 
-        Gallops up from ``start`` (doubling) until a budget reaches the target,
-        then bisects below it; ``start`` reaching it already bisects in
+        From ``start`` up to a budget that reaches the target, then down to the
+        least one, each step a secant guess guarded like a galloping and a
+        bisection search: up, at least one more and at most double; down,
+        strictly inside the bracket, and a bisection whenever the guess did not
+        halve it. Evaluations cost in proportion to the budget, so a guess
+        beats doubling past the target (``docs/plan.md``: 5 budgets instead
+        of 10 for 1,000 profiles). ``start`` reaching the target already searches
         ``1..start``. ``max_budget`` defaults to :attr:`max_budget` (probing
         every feed every chronon). ``budget`` is ``None`` when even
         ``max_budget`` falls short; ``best`` then says what it reached.
@@ -389,25 +394,39 @@ class Planner:
         cap = self.max_budget if max_budget is None else max_budget
         if cap < 1:
             return LeastBudget(target, None, None, None, max(cap, 0), ())
+
+        def value(b: int) -> float:  # budget 0 is never evaluated: it captures nothing
+            c = self.evaluate(b).completeness if b > 0 else 0.0
+            return 0.0 if c is None else c
+
         b = min(max(start, 1), cap)
         if self.evaluate(b).reaches(target):
             lo, hi = 0, b  # budget 0 never counts as reaching: the least budget is at least 1
         else:
-            lo = b
+            x0, lo = 0, b
             while True:
                 if lo >= cap:
                     return self._answer(target, None, cap)
-                nxt = min(2 * lo, cap)
+                slope = (value(lo) - value(x0)) / (lo - x0)
+                # Completeness is concave in the budget, so the secant undershoots: aim 25 % further.
+                guess = lo + math.ceil(1.25 * (target - value(lo)) / slope) if slope > 0 else 2 * lo
+                nxt = min(max(guess, lo + 1), 2 * lo, cap)
                 if self.evaluate(nxt).reaches(target):
                     hi = nxt
                     break
-                lo = nxt
+                x0, lo = lo, nxt
+        bisect = False
         while hi - lo > 1:
+            width = hi - lo
             mid = (lo + hi) // 2
+            if not bisect and value(hi) > value(lo):
+                guess = lo + round((target - value(lo)) / (value(hi) - value(lo)) * width)
+                mid = min(max(guess, lo + 1), hi - 1)
             if self.evaluate(mid).reaches(target):
                 hi = mid
             else:
                 lo = mid
+            bisect = not bisect and 2 * (hi - lo) > width
         return self._answer(target, hi, cap)
 
     def _answer(self, target: float, budget: int | None, cap: int) -> LeastBudget:
