@@ -44,11 +44,12 @@ def test_rules_compile_as_the_evaluator_does() -> None:
                      "period": {"end": (ORIGIN + dt.timedelta(minutes=start + 150)).isoformat()}},
                  {"name": "u", "trigger": {"feed": "9", "on": "update"}, "query": [{"feed": "7", "within": "1m"}]},
                  {"name": "gone", "watch": {"feeds": ["99"], "within": "1m"}}),
+        _profile(3, {"name": "stale", "watch": {"feeds": ["7"], "within": "soon"}}),  # no longer validates
     ]
     models = FeedUpdateModels()
     inputs = plan_inputs(profiles, {7: 70, 8: 80, 9: 90}, models, CLOCK, start, 240)
     assert inputs.feeds == (7, 8, 9)  # plan feeds 0, 1, 2 in order of first mention
-    assert (inputs.profiles, inputs.skipped, inputs.horizon, inputs.chronon_seconds) == (2, 1, 240, 60.0)
+    assert (inputs.profiles, inputs.skipped, inputs.horizon, inputs.chronon_seconds) == (3, 2, 240, 60.0)
     watch, every, cron, update = inputs.rules
     assert watch == PlanWatch("1", (0, 1), 10)
     assert every == PlanTrigger("1", 2, (PlanQuery(0, 2), PlanQuery(1, None)), slack=2,

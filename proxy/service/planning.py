@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError as PydanticValidationError
 
 from proxy.rules import FeedUpdateModels, ProfileSpec, parse_duration, to_chronons
 from proxy.rules.ports import ChrononMapping, first_chronon_from
@@ -47,7 +48,7 @@ class PlanInputs:
 
     ``feeds``: the store id of each plan feed (plan feed ``i`` is ``feeds[i]``);
     ``skipped``: rules left out because they read a feed the proxy does not
-    probe (deleted meanwhile).
+    probe (deleted meanwhile) or their profile's stored spec does not validate.
     """
 
     rules: tuple[PlanRule, ...]
@@ -145,7 +146,8 @@ def plan_inputs(
 
     ``resource_of`` maps a store feed id to its engine resource (the key of
     ``models``); the models' clock is POSIX seconds (the service's). Rules
-    reading a feed missing from it are skipped and counted.
+    reading a feed missing from it, and profiles whose stored spec no longer
+    validates, are skipped and counted.
     """
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -160,7 +162,11 @@ def plan_inputs(
     rules: list[PlanRule] = []
     skipped = 0
     for profile in profiles:
-        spec = ProfileSpec.model_validate({"name": profile.name, "rules": [r.spec for r in profile.rules]})
+        try:
+            spec = ProfileSpec.model_validate({"name": profile.name, "rules": [r.spec for r in profile.rules]})
+        except PydanticValidationError:
+            skipped += len(profile.rules)  # not restorable either (Runtime.restore skips it too)
+            continue
         for stored, rule in zip(profile.rules, spec.rules, strict=True):
             try:
                 rules.append(_rule(str(profile.id), rule, stored.state, feed, clock, start, horizon))
