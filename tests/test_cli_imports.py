@@ -51,7 +51,8 @@ def test_import_proxy_cli_pulls_in_no_service_stack() -> None:
     assert _heavy(loaded) == []
 
 
-@pytest.mark.parametrize("args", [("--help",), ("--version",), ("sim", "run", "--help"), ("serve", "--help")])
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("sim", "run", "--help"), ("serve", "--help"),
+                                  ("plan", "--help")])
 def test_help_and_version_load_no_service_stack(args: tuple[str, ...]) -> None:
     proc, modules = _imported_by(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]

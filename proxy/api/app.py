@@ -26,6 +26,7 @@ from proxy import __version__
 from proxy.api.deps import Service
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_notify import router as notify_router
+from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
 from proxy.api.schemas import ReadyOut
 from proxy.errors import (
@@ -107,6 +108,7 @@ def make_app(
     app.include_router(feeds_router)
     app.include_router(profiles_router)
     app.include_router(notify_router)
+    app.include_router(plan_router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -321,3 +321,46 @@ def cei_out(cei: Cei, start_of: Any) -> CeiOut:
         resolved_chronon=cei.resolved_chronon, created_at=cei.created_at, rule_id=cei.rule_id,
         eis=[ei_out(ei, start_of) for ei in cei.eis],
     )
+
+
+class PlanPointOut(BaseModel):
+    """The expected outcome of one budget over the sampled futures (docs/plan.md)."""
+
+    budget: int
+    """Probes per chronon allowed."""
+    completeness: float | None
+    """Expected share of your CEIs captured (mean over futures); ``null`` when no CEI is expected."""
+    stderr: float
+    """Standard error of ``completeness`` over the futures (0 with one future)."""
+    probes_per_chronon: float
+    """Probes the budget actually uses per chronon (mean)."""
+    ceis: float
+    """CEIs your rules open in the horizon, mean per future."""
+
+
+class PlanOut(BaseModel):
+    """Your budget plan: expected completeness at the configured budget and the least budget
+    reaching ``target``, for your own profiles as if the (shared) budget served them alone."""
+
+    profiles: int
+    rules: int
+    skipped_rules: int
+    feeds: int
+    horizon: int
+    """Chronons planned, from the current one."""
+    chronon_seconds: float
+    futures: int
+    seed: int
+    policy: str
+    target: float
+    current: PlanPointOut
+    """At the configured budget (``PROXY_BUDGET``)."""
+    least: PlanPointOut | None
+    """At the least budget whose expected completeness reaches ``target``; ``null`` if none up
+    to ``max_budget`` does."""
+    best: PlanPointOut | None
+    """The highest completeness the search saw (``least`` when the target is reached)."""
+    max_budget: int
+    """The search's ceiling: the feeds your rules read (probing every one every chronon)."""
+    seconds: float
+    """Time the plan took."""

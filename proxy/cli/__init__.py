@@ -18,6 +18,7 @@ import typer
 
 from proxy import __version__
 from proxy.bench.cli import bench_app
+from proxy.cli.plan import register as register_plan
 from proxy.cli.service import register as register_service
 from proxy.cli.service import register_demo
 from proxy.cli.store import db_app, users_app
@@ -37,6 +38,7 @@ app.add_typer(users_app, name="users", help="Users and API keys.")
 app.add_typer(bench_app, name="bench", help="Live benchmark: service vs simulator vs plain readers.")
 register_service(app)
 register_demo(app)
+register_plan(app)
 
 
 def _print_version(value: bool) -> None:

@@ -682,6 +682,19 @@ class FeedUpdateModels:
             return 0.0
         return max(float(self._fit_for(feed).integral(np.array([a]), np.array([b]))[0]), 0.0)
 
+    def expected_updates_between(self, feed: FeedKey, edges: Sequence[float] | np.ndarray) -> np.ndarray:
+        """Λ over each interval ``(edges[i], edges[i+1]]`` at once (``len(edges) - 1`` values, each ``>= 0``).
+
+        :meth:`expected_updates` for a whole grid in one vectorised call (the
+        planner asks it for every chronon of its horizon); ``edges`` ascending.
+        """
+        e = np.asarray(edges, dtype=np.float64)
+        if e.ndim != 1 or len(e) < 2:
+            return np.zeros(0)
+        if np.any(np.diff(e) < 0):
+            raise ValueError("edges must be ascending")
+        return np.maximum(np.asarray(self._fit_for(feed).integral(e[:-1], e[1:]), dtype=np.float64), 0.0)
+
     def change_probability(self, feed: FeedKey, a: float, b: float) -> float:
         """The chance the feed changed in ``(a, b]``: ``1 - exp(-Λ(a, b))``."""
         return -math.expm1(-self.expected_updates(feed, a, b))

@@ -56,6 +56,7 @@ from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
 from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
+from proxy.service.planning import PlanReport, plan_inputs, run_plan
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
 from proxy.store import (
@@ -173,6 +174,8 @@ class ProxyService:
         #: The chronon the loop starts at (after the last one ticked before a restart).
         self.first_chronon: int | None = None
         self._lock = asyncio.Lock()
+        # One plan at a time: each is seconds of CPU in a worker thread, sharing the GIL with the loop.
+        self._plan_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -709,6 +712,30 @@ class ProxyService:
         target = await self.store.enable_target(user_id, target_id)
         log.info("target_enabled", target=target_id, user=user_id)
         return target
+
+    # ------------------------------------------------------------------ planning
+
+    async def plan(
+        self, user_id: int, *, target: float, horizon: int, futures: int, seed: int = 0
+    ) -> PlanReport:
+        """The budget plan of the user's own profiles (docs/plan.md): the expected completeness at
+        the configured budget, and the least budget that reaches ``target``, if the budget served
+        these profiles alone (it is shared: the operator's ``proxy plan`` plans every profile).
+
+        Reads the running service's update models from chronon ``now`` for ``horizon`` chronons;
+        the simulation runs in a worker thread on copies, one plan at a time.
+        """
+        rt = self._require_leader()
+        profiles = await self.store.list_profiles(user_id)
+        resources = {fid: slot.resource for fid, slot in rt.feeds.by_id.items()}
+        inputs = plan_inputs(profiles, resources, rt.models, rt.clock, self.clock.current(), horizon)
+        s = self.settings
+        async with self._plan_lock:
+            report = await asyncio.to_thread(run_plan, inputs, budget=s.budget, target=target,
+                                             policy=s.policy, futures=futures, seed=seed)
+        log.info("plan", user=user_id, profiles=inputs.profiles, rules=len(inputs.rules),
+                 horizon=horizon, futures=futures, seconds=round(report.seconds, 3))
+        return report
 
     # ------------------------------------------------------------------ status
 

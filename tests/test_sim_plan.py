@@ -1,0 +1,151 @@
+"""``proxy.sim.plan``: expected completeness per budget and the least budget for a target (issue 18, part 5)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from proxy.sim.plan import GridRates, Planner, PlanQuery, PlanTrigger, PlanWatch, every_fires
+
+ALWAYS = 50.0  # expected updates per chronon: every chronon holds an update (P(none) = e^-50)
+
+
+@pytest.mark.parametrize(
+    ("feeds", "within", "budget", "expected"),
+    [
+        # One feed changing every chronon, watched with window W: probing it every chronon
+        # finds each update at its own chronon.
+        (1, 0, 1, 1.0),
+        (1, 5, 1, 1.0),
+        # Two such feeds, one probe per chronon: the greedy index alternates between them
+        # (equal chances, the longer wait first). W=0 needs the probe at the update's very
+        # chronon: every other update of each feed is found one chronon late.
+        (2, 0, 1, 0.5),
+        # W=1 forgives that chronon.
+        (2, 1, 1, 1.0),
+        (2, 0, 2, 1.0),
+    ],
+)
+def test_hand_computed_completeness(feeds: int, within: int, budget: int, expected: float) -> None:
+    rates = GridRates.constant([ALWAYS] * feeds, 100)
+    rules = [PlanWatch(f"p{f}", (f,), within) for f in range(feeds)]
+    point = Planner(rules, rates, futures=2, seed=1).evaluate(budget)
+    assert point.completeness == pytest.approx(expected)
+    assert point.probes_per_chronon == budget
+    assert point.ceis == 100 * feeds  # one CEI per update in the horizon, found or not
+
+
+def test_temporal_trigger_with_a_silent_feed_is_captured_by_its_one_probe() -> None:
+    # every 10 chronons, slack 2, on a feed that never changes: rank 1, captured by the policy.
+    rates = GridRates.constant([0.0, 0.0], 100)
+    rule = PlanTrigger("p", 0, (PlanQuery(1, 3),), slack=2, fires=every_fires(10, 100))
+    point = Planner([rule], rates, futures=1).evaluate(1)
+    assert (point.completeness, point.ceis, point.probes_per_chronon) == (1.0, 10, 0.1)
+
+
+def test_triggered_queries_join_at_the_trigger_probe() -> None:
+    # The trigger feed changes every chronon, so every fire opens its query EI [p, p + 0].
+    # The service selects before the trigger probe's result arrives: a query within 0 is
+    # never captured, whatever the budget (as live); within 1, the next chronon's probe is.
+    rates = GridRates.constant([ALWAYS, 0.0], 60)
+    rule = PlanTrigger("p", 0, (PlanQuery(1, 0),), slack=0, fires=every_fires(6, 60))
+    plan = Planner([rule], rates, futures=1, policy="s-edf-p")
+    assert plan.evaluate(1).completeness == plan.evaluate(2).completeness == 0.0
+    wider = PlanTrigger("p", 0, (PlanQuery(1, 1),), slack=0, fires=every_fires(6, 60))
+    assert Planner([wider], rates, futures=1, policy="s-edf-p").evaluate(1).completeness == 1.0
+
+
+@pytest.mark.parametrize(("every_nth", "expected"), [(None, 0.0), (1, 0.0), (10**9, 1.0)])
+def test_on_update_trigger_fires_its_query_when_the_condition_holds(every_nth: int | None, expected: float) -> None:
+    # on: update on a feed changing every chronon: one CEI per update, found by the background
+    # probe at its own chronon. When it fires, its query EI [t, t] on another feed needs a
+    # second probe in the same chronon, which budget 1 does not have; when the count of
+    # updates never reaches every_nth, every CEI is rank 1 and captured by that one probe.
+    rates = GridRates.constant([ALWAYS, 0.0], 90)
+    rule = PlanTrigger("p", 0, (PlanQuery(1, 0),), slack=0, every_nth=every_nth)
+    point = Planner([rule], rates, futures=1).evaluate(1)
+    assert (point.ceis, point.completeness) == (90, expected)
+
+
+@functools.cache
+def _instance() -> Planner:
+    """A small mixed instance; cached, so its evaluations (memoised per budget) are shared."""
+    rates = GridRates.constant([0.08, 0.05, 0.2, 0.03, 0.3, 0.1, 0.15, 0.02], 400)
+    rules = [
+        PlanWatch("a", (0, 1), 4),
+        PlanWatch("b", (2,), 2),
+        PlanWatch("c", (6, 7), 3),
+        PlanTrigger("d", 3, (PlanQuery(4, 3), PlanQuery(5)), slack=2, fires=every_fires(10, 400)),
+        PlanTrigger("e", 4, (PlanQuery(0, 2),), slack=1),
+    ]
+    return Planner(rules, rates, futures=6, seed=7)
+
+
+def test_completeness_grows_with_the_budget_on_common_futures() -> None:
+    plan = _instance()
+    points = [plan.evaluate(b) for b in range(1, plan.max_budget + 1)]
+    values = [p.completeness for p in points]
+    assert all(v is not None for v in values)
+    assert values == sorted(values)  # type: ignore[type-var]
+    assert values[0] < 0.8 and values[-1] == 1.0
+    assert len({p.ceis for p in points}) == 1  # the same futures: the same CEIs at every budget
+    assert all(0 < p.stderr < 0.05 for p in points if p.completeness != 1.0)
+
+
+@pytest.mark.parametrize("target", [0.5, 0.8, 0.9, 0.95, 0.99])
+@pytest.mark.parametrize("start", [1, 3, 8])
+def test_least_budget_is_the_smallest_reaching_the_target(target: float, start: int) -> None:
+    plan = _instance()
+    answer = plan.least_budget(target, start=start)
+    assert answer.budget is not None and answer.point is not None
+    assert answer.point.completeness is not None and answer.point.completeness >= target
+    below = plan.evaluate(answer.budget - 1) if answer.budget > 1 else None
+    assert below is None or (below.completeness is not None and below.completeness < target)
+    assert answer.point.probes_per_chronon == pytest.approx(answer.budget, rel=0.05)
+    assert [p.budget for p in answer.evaluated] == sorted({p.budget for p in answer.evaluated})
+
+
+def test_least_budget_is_none_when_out_of_reach() -> None:
+    plan = _instance()
+    answer = plan.least_budget(0.99, max_budget=2)
+    assert answer.budget is None and answer.point is None
+    assert answer.best is not None and answer.best.budget == 2
+    assert answer.best.completeness is not None and answer.best.completeness < 0.99
+    assert answer.max_budget == 2
+
+
+def test_same_seed_same_plan_other_seed_other_futures() -> None:
+    rates = GridRates.constant([0.08, 0.05, 0.2, 0.03, 0.3, 0.1, 0.15, 0.02], 400)
+    a, b, c = (Planner(_instance().rules, rates, futures=6, seed=s) for s in (7, 7, 8))
+    assert a.evaluate(2) == b.evaluate(2) == _instance().evaluate(2)
+    assert c.evaluate(2) != a.evaluate(2)
+
+
+def test_no_rules_plan_nothing() -> None:
+    plan = Planner([], GridRates.constant([0.1], 10))
+    point = plan.evaluate(3)
+    assert point.completeness is None and point.ceis == 0
+    assert plan.least_budget(0.9).budget is None
+
+
+def test_rules_must_read_feeds_the_rates_cover() -> None:
+    with pytest.raises(ValueError, match="reads feed 3"):
+        Planner([PlanWatch("p", (3,), 1)], GridRates.constant([0.1], 10))
+
+
+def test_grid_rates_is_a_rate_model_and_pads_with_the_mean() -> None:
+    from proxy.core.rates import RateModel
+
+    rates = GridRates([[1.0, 3.0], [0.0, 0.5]])
+    assert isinstance(rates, RateModel)
+    assert (rates.rate(0, 1), rates.rate(0, 7), rates.rate(5, 0)) == (3.0, 2.0, 0.0)
+    assert rates.extended(4).tolist() == [[1.0, 3.0, 2.0, 2.0], [0.0, 0.5, 0.25, 0.25]]
+    with pytest.raises(ValueError):
+        GridRates([[-1.0]])
+
+
+def test_every_fires_anchors_before_the_horizon() -> None:
+    assert every_fires(5, 20) == (0, 5, 10, 15)
+    assert every_fires(5, 20, anchor=-7) == (3, 8, 13, 18)
+    assert every_fires(5, 20, anchor=18) == (18,)
