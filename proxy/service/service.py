@@ -502,7 +502,9 @@ class ProxyService:
         return self.runtime.models.estimate(slot.resource, after=self.clock.now().timestamp())
 
     async def purge(self) -> None:
-        """Retention: delete probes and uncaptured entries older than ``retention_days``."""
+        """Retention: delete probes and uncaptured entries older than ``retention_days``, and
+        notifications settled (delivered or dead letters) before then with their events;
+        pending deliveries stay, however old."""
         cutoff = self.clock.now() - dt.timedelta(days=self.settings.retention_days)
         try:
             result = await self.store.purge_older_than(cutoff)
@@ -510,7 +512,8 @@ class ProxyService:
             self.metrics.db_errors.inc()
             log.error("purge_failed", error=str(exc))
             return
-        log.info("purged", probes=result.probes, entries=result.entries, cutoff=cutoff.isoformat())
+        log.info("purged", probes=result.probes, entries=result.entries,
+                 deliveries=result.deliveries, events=result.events, cutoff=cutoff.isoformat())
 
     async def refresh_feed_health(self) -> None:
         """Roll-up: reconcile disabled flags changed outside the loop (e.g. by an operator)."""
