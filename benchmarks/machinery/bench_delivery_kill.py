@@ -9,10 +9,12 @@ lease expires) runs profiles whose rank-1 rules resolve a CEI every second on
 each of ``--feeds`` feeds of the local feed farm, every resolution notifying two
 webhooks on a receiver in this process. The receiver records every request's
 ``webhook-id`` and body, verifies its signature with the ``standardwebhooks``
-package, and cycles through up (204), failing (500) and down (its listener
-stopped: connection refused), a few seconds each. The service is killed with
-SIGKILL ``--kills`` times, each at a random moment after it became ready, and
-started again each time. Then, with the receiver up for good, the profiles are
+package, answers after up to 0.2 s (so kills find requests on the wire), and
+cycles through up (204), failing (500) and down (its listener stopped:
+connection refused), a few seconds each. The service is killed with SIGKILL
+``--kills`` times, at a random moment after it became ready (or, for a fifth
+of the restarts, while it is still starting: importing, a standby waiting for
+the lease, or restoring), and started again each time. Then, with the receiver up for good, the profiles are
 replaced by ones that notify nobody (no new deliveries), the outbox drains, the
 service is stopped, and the database is compared with what was received:
 
@@ -91,6 +93,10 @@ class KillRun:
     feeds: int = 4
     #: Seconds between the service becoming ready and its kill: uniform in this range.
     kill_after: tuple[float, float] = (0.5, 6.0)
+    #: Share of the restarts killed while starting (uniform in ``start_kill`` seconds after the
+    #: spawn: importing, waiting for the lease as a standby, or restoring).
+    early: float = 0.2
+    start_kill: tuple[float, float] = (1.0, 3.5)
     #: Seconds each receiver phase (up, failing, down) lasts: uniform in this range.
     phase: tuple[float, float] = (1.5, 4.0)
     #: Seconds of steady running (receiver up and down) after the last restart, before the drain.
@@ -186,6 +192,7 @@ class Audit:
 
     backend: str
     kills: int
+    early_kills: int
     seconds: float
     ceis_resolved: int
     events: int
@@ -313,12 +320,19 @@ async def _run(cfg: KillRun) -> Audit:
     hooks = [{"webhook": rx.url(h), "events": ["captured", "missed"]} for h in HOOKS]
     profiles: dict[int, int] = {}
     cycling: asyncio.Task[None] | None = None
+    early = 0
     async with FeedFarm(names, prefill=2) as farm, httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=10
     ) as api:
         try:
             for kill in range(cfg.kills + 1):
                 async with serving(env, port, log) as proc:
+                    if 0 < kill < cfg.kills and rng.random() < cfg.early:
+                        await asyncio.sleep(rng.uniform(*cfg.start_kill))
+                        early += 1
+                        proc.kill()
+                        await proc.wait()
+                        continue
                     await ready(api, proc, within=60)
                     if kill == 0:
                         for name in names:
@@ -342,7 +356,7 @@ async def _run(cfg: KillRun) -> Audit:
                 with contextlib.suppress(asyncio.CancelledError):
                     await cycling
             await rx.close()
-    return await audit(cfg, rx, time.monotonic() - began)
+    return await audit(cfg, rx, time.monotonic() - began, early)
 
 
 async def _ok(response: Any) -> Any:
@@ -374,7 +388,7 @@ async def _drain(
     raise BenchError(f"deliveries still pending {within} s after the receiver came up for good")
 
 
-async def audit(cfg: KillRun, rx: PhasedReceiver, seconds: float) -> Audit:
+async def audit(cfg: KillRun, rx: PhasedReceiver, seconds: float, early: int = 0) -> Audit:
     """Read the database (the service is stopped) and compare it with the receiver's log."""
     engine = create_async_engine(cfg.database_url)
     try:
@@ -422,6 +436,7 @@ async def audit(cfg: KillRun, rx: PhasedReceiver, seconds: float) -> Audit:
     return Audit(
         backend=make_url(cfg.database_url).get_backend_name(),
         kills=cfg.kills,
+        early_kills=early,
         seconds=seconds,
         ceis_resolved=resolved,
         events=len({r.cei_id for r in rows}),
@@ -443,7 +458,7 @@ async def audit(cfg: KillRun, rx: PhasedReceiver, seconds: float) -> Audit:
 
 
 def describe(a: Audit) -> str:
-    return (f"{a.backend}: {a.kills} kills in {a.seconds:.0f} s, {a.phases} receiver phases; "
+    return (f"{a.backend}: {a.kills} kills ({a.early_kills} while starting) in {a.seconds:.0f} s, {a.phases} receiver phases; "
             f"{a.ceis_resolved} CEIs resolved, {a.events} events ({a.events_missing} without one), "
             f"{a.deliveries} deliveries; {a.requests} requests, {a.received} ids acknowledged, "
             f"{a.duplicates} duplicates ({a.body_mismatches} with another body, "
@@ -459,12 +474,12 @@ def table(audits: list[Audit], command: str) -> str:
         f"`{command}` ({date}, {platform.machine()}, {os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.2f}):",
         "",
-        "| database | kills | run | CEIs resolved | events (without) | deliveries | requests "
+        "| database | kills (while starting) | run | CEIs resolved | events (without) | deliveries | requests "
         "| ids acknowledged | duplicates (other body / other id) | lost | max attempts |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {a.backend} | {a.kills} | {a.seconds:.0f} s | {a.ceis_resolved} | {a.events} "
+        f"| {a.backend} | {a.kills} ({a.early_kills}) | {a.seconds:.0f} s | {a.ceis_resolved} | {a.events} "
         f"({a.events_missing}) | {a.deliveries} | {a.requests} | {a.received} | {a.duplicates} "
         f"({a.body_mismatches} / {a.other_id_duplicates}) | **{a.lost}** | {a.max_attempts} |"
         for a in audits
