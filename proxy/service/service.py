@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import structlog
 
+from proxy.aio import cancel_and_wait
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
 from proxy.feeds import (
@@ -316,8 +317,7 @@ class ProxyService:
         if dispatcher is not None:  # the new leader delivers (the outbox is in the database)
             await dispatcher.stop()
         if loop_task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
+            await cancel_and_wait(loop_task)
         gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
         # The clock stays: the origin it holds is the database's (this process persisted it).
         self.metrics.leader.set(0)
@@ -397,17 +397,13 @@ class ProxyService:
         """Stop ticking, cancel probes in flight, write what is queued, give the lease up
         (a standby takes over at once), close what we opened."""
         if self._leader_task is not None:
-            self._leader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._leader_task
+            await cancel_and_wait(self._leader_task)
             self._leader_task = None
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            await cancel_and_wait(self._loop_task)
             self._loop_task = None
         if self._loop is not None:
             await self._loop.stop()
