@@ -5,6 +5,8 @@ switches), so the loop's own cost shows in every probe. uvloop (libuv, the
 loop uvicorn picks when it is installed) cuts that cost; it is used wherever
 it is installed, unless ``PROXY_EVENT_LOOP=asyncio`` asks for the standard
 loop (to rule the loop out when chasing a bug). Figures: docs/bench-probe.md.
+
+Also :func:`cancel_and_wait`, how the service stops its own tasks.
 """
 
 from __future__ import annotations
@@ -48,3 +50,22 @@ def run(main: Coroutine[Any, Any, _T]) -> _T:
     """:func:`asyncio.run` on the loop :func:`loop_name` chooses."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended, without swallowing the caller's own cancellation.
+
+    ``with suppress(CancelledError): await task`` also swallows the CancelledError meant
+    for the task that awaits, when it is cancelled while ``task`` is still winding down
+    (an aborted transaction, a send timing out): the caller then carries on as if nothing
+    had happened. The lease keeper stepping down was one: ``ProxyService.stop()`` cancelled
+    it mid step-down, the step-down ate the cancellation, the keeper went back to
+    campaigning, and ``stop()`` waited for it for ever.
+    """
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # we are being cancelled too: pass it on

@@ -135,7 +135,11 @@ class Settings(BaseSettings):
     retention_days: int = Field(
         default=30,
         ge=0,
-        description="Probes and uncaptured entries older than this are purged; 0 keeps everything.",
+        description=(
+            "Probes and uncaptured entries older than this are purged, and so are notification "
+            "deliveries settled (delivered or dead letters) longer ago, with their events; "
+            "pending deliveries never are. 0 keeps everything."
+        ),
     )
     respect_cache_hints: bool = Field(
         default=True,

@@ -57,3 +57,40 @@ def test_farm_serve_refuses_an_unknown_event_loop() -> None:
     )
     assert result.exit_code == 2
     assert "PROXY_EVENT_LOOP must be auto, uvloop or asyncio" in result.output
+
+
+async def _slow_to_stop(started: asyncio.Event) -> None:
+    """A task that needs a moment to wind down once cancelled (a rollback, a send's timeout)."""
+    started.set()
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.05)
+        raise
+
+
+async def test_cancel_and_wait_ends_the_task_and_returns() -> None:
+    started = asyncio.Event()
+    inner = asyncio.create_task(_slow_to_stop(started))
+    await started.wait()
+    await aio.cancel_and_wait(inner)
+    assert inner.cancelled()
+
+
+async def test_cancel_and_wait_passes_on_a_cancellation_of_the_caller() -> None:
+    started = asyncio.Event()
+    inner = asyncio.create_task(_slow_to_stop(started))
+    carried_on = False
+
+    async def stopping() -> None:
+        nonlocal carried_on
+        await aio.cancel_and_wait(inner)
+        carried_on = True  # what the old ``suppress(CancelledError)`` let happen
+
+    outer = asyncio.create_task(stopping())
+    await started.wait()
+    await asyncio.sleep(0)  # outer is now waiting for inner to wind down
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert inner.cancelled() and not carried_on

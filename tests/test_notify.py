@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+from typing import Any
 
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -295,3 +296,56 @@ async def test_owner_only_retries_rotation_and_enabling(store: Store) -> None:
     assert rotated.secret is not None
     (due,) = await store.due_deliveries(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1))
     assert due.secrets[0] == rotated.secret and len(due.secrets) == 2
+
+
+# --- retention --------------------------------------------------------------------------
+
+
+async def test_retention_purges_settled_deliveries_and_their_events_never_pending_ones(
+    store: Store,
+) -> None:
+    clock = [at(0)]
+    timed = Store(store.engine, clock=lambda: clock[0])  # the same database, stamped by clock
+    user_id, _ = await timed.create_user("alice")
+    reg, _ = await timed.register_feed_for(user_id, "http://example.com/f")
+    f = reg.feed.id
+    hooks = [TargetInput("webhook", f"https://hooks.example/{h}", ("captured", "missed"))
+             for h in "ab"]
+    profile = await timed.create_profile(user_id, "p", [RuleInput("r", {}, (f,))], notify=hooks)
+    bob, _ = await timed.create_user("bob")
+    quiet = await timed.create_profile(bob, "no targets", [])
+    names = ("delivered", "failed", "pending", "recent", "retried", "half")
+    for name in (*names, "bob"):
+        owner = quiet if name == "bob" else profile
+        await timed.add_cei(f"c:{name}", owner.id, 0, [NewEi(0, f, 0, 5)],
+                            rule_id=owner.rules[0].id if owner.rules else None)
+        await timed.set_cei_state(f"c:{name}", "captured", 1)  # bob's: an event, no delivery
+    rows: dict[str, list[Any]] = {}
+    for d in await timed.list_deliveries(user_id):
+        rows.setdefault(d.cei_id.removeprefix("c:"), []).append(d)
+    day = 86400.0
+    settle = {"delivered": ("delivered", 60), "failed": ("failed", 120),
+              "recent": ("delivered", 40 * day), "retried": ("failed", 60),
+              "half": ("delivered", 60)}
+    outcomes = [
+        AttemptOutcome(d.id, d.target_id, at(when), state, at(when))  # type: ignore[arg-type]
+        for name, (state, when) in settle.items()
+        for d in rows[name][: 1 if name == "half" else 2]  # "half": one target still pending
+    ]
+    await timed.record_attempts(outcomes)
+    clock[0] = at(40 * day)
+    for d in rows["retried"]:
+        await timed.retry_delivery(user_id, d.id)  # dead letters brought back: pending again
+
+    result = await timed.purge_older_than(at(30 * day), batch_size=1)
+    # Deliveries: both of "delivered" and "failed", the settled one of "half". Events: those of
+    # "delivered" and "failed", and bob's (no delivery ever referred to it).
+    assert (result.deliveries, result.events) == (5, 3)
+    left = sorted((d.cei_id, d.state) for d in await timed.list_deliveries(user_id))
+    assert left == [("c:half", "pending"), *[("c:pending", "pending")] * 2,
+                    *[("c:recent", "delivered")] * 2, *[("c:retried", "pending")] * 2]
+    assert sorted(e.cei_id for e in await timed.events_after(user_id, 0)) == [
+        "c:half", "c:pending", "c:recent", "c:retried"]
+    assert await timed.events_after(bob, 0) == []
+    again = await timed.purge_older_than(at(30 * day))
+    assert (again.deliveries, again.events) == (0, 0)

@@ -14,7 +14,6 @@ profile vanished meanwhile (the profile was deleted) is skipped, not an error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from proxy.aio import cancel_and_wait
 from proxy.errors import ConflictError, NotFoundError, ProxyError, StorageError
 from proxy.service.metrics import ServiceMetrics
 from proxy.store import (
@@ -188,9 +188,7 @@ class Writer:
             await asyncio.wait_for(self.flush(), self.stop_timeout)
         except TimeoutError:
             log.error("writer_stopped_with_backlog", batches=self.backlog)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         self._task = None
 
     async def abort(self) -> None:
@@ -202,9 +200,7 @@ class Writer:
             self._queue.task_done()
             dropped += 1
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         if dropped:
             log.warning("writer_aborted", batches=dropped)

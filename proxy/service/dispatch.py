@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from proxy.aio import cancel_and_wait
 from proxy.errors import StorageError
 from proxy.notify.payload import Notification
 from proxy.notify.render import render_text
@@ -142,9 +143,7 @@ class Dispatcher:
         store their outcomes. Whatever is cut short stays pending and is sent after a restart."""
         timeout = self.stop_timeout
         if self._main is not None:
-            self._main.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._main
+            await cancel_and_wait(self._main)
             self._main = None
         if self._tasks:
             _, late = await asyncio.wait(list(self._tasks), timeout=timeout)
@@ -154,9 +153,7 @@ class Dispatcher:
         if self._flusher is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drain_outcomes(), timeout)
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+            await cancel_and_wait(self._flusher)
             self._flusher = None
         await self.sender.aclose()
 

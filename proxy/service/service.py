@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import structlog
 
+from proxy.aio import cancel_and_wait
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
 from proxy.feeds import (
@@ -319,8 +320,7 @@ class ProxyService:
         if dispatcher is not None:  # the new leader delivers (the outbox is in the database)
             await dispatcher.stop()
         if loop_task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop_task
+            await cancel_and_wait(loop_task)
         gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
         # The clock stays: the origin it holds is the database's (this process persisted it).
         self.metrics.leader.set(0)
@@ -400,17 +400,13 @@ class ProxyService:
         """Stop ticking, cancel probes in flight, write what is queued, give the lease up
         (a standby takes over at once), close what we opened."""
         if self._leader_task is not None:
-            self._leader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._leader_task
+            await cancel_and_wait(self._leader_task)
             self._leader_task = None
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            await cancel_and_wait(self._loop_task)
             self._loop_task = None
         if self._loop is not None:
             await self._loop.stop()
@@ -505,7 +501,9 @@ class ProxyService:
         return self.runtime.models.estimate(slot.resource, after=self.clock.now().timestamp())
 
     async def purge(self) -> None:
-        """Retention: delete probes and uncaptured entries older than ``retention_days``."""
+        """Retention: delete probes and uncaptured entries older than ``retention_days``, and
+        notifications settled (delivered or dead letters) before then with their events;
+        pending deliveries stay, however old."""
         cutoff = self.clock.now() - dt.timedelta(days=self.settings.retention_days)
         try:
             result = await self.store.purge_older_than(cutoff)
@@ -513,7 +511,8 @@ class ProxyService:
             self.metrics.db_errors.inc()
             log.error("purge_failed", error=str(exc))
             return
-        log.info("purged", probes=result.probes, entries=result.entries, cutoff=cutoff.isoformat())
+        log.info("purged", probes=result.probes, entries=result.entries,
+                 deliveries=result.deliveries, events=result.events, cutoff=cutoff.isoformat())
 
     async def refresh_feed_health(self) -> None:
         """Roll-up: reconcile disabled flags changed outside the loop (e.g. by an operator)."""

@@ -3,11 +3,12 @@ dead letters and retries for their owners, targets and their secrets, the event 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, select, true, update
+from sqlalchemy import Table, bindparam, delete, exists, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.errors import ConflictError, NotFoundError, ValidationError
@@ -26,9 +27,13 @@ from proxy.store._types import (
     DueDelivery,
     NotificationEvent,
     NotifyTarget,
+    PurgeResult,
 )
 
 _DELIVERY_STATES = ("pending", "delivered", "failed")
+#: Deliveries retention may delete: settled ones. A pending row is never purged, however old
+#: (it would be a notification lost), and neither is its event.
+_SETTLED = ("delivered", "failed")
 
 
 def _event(row: Any) -> NotificationEvent:
@@ -150,6 +155,41 @@ class Deliveries(ProbesAndMetrics):
                 )
             ).scalar()
         return int(value or 0)
+
+    # --- retention --------------------------------------------------------------------
+
+    async def purge_older_than(
+        self, cutoff: dt.datetime, *, batch_size: int = 1_000
+    ) -> PurgeResult:
+        """Also purge the outbox: deliveries settled (delivered, or dead letters) before
+        ``cutoff`` (their last attempt, or their creation if never attempted), then events
+        created before ``cutoff`` that no delivery refers to any more. Never a pending
+        delivery, nor the event of one (deleting the event would cascade to it)."""
+        result = await super().purge_older_than(cutoff, batch_size=batch_size)
+        d = cast(Table, DeliveryRow.__table__)
+        e = cast(Table, NotificationEventRow.__table__)
+        settled_before = (
+            d.c.state.in_(_SETTLED)
+            & (func.coalesce(d.c.delivered_at, d.c.last_attempt_at, d.c.created_at) < cutoff)
+        )
+        # Repeated in the DELETE: a dead letter retried meanwhile is pending again, and stays.
+        deliveries = await self._purge_batches(d, settled_before, batch_size)
+        unreferenced = (e.c.created_at < cutoff) & ~exists().where(d.c.event_id == e.c.id)
+        events = await self._purge_batches(e, unreferenced, batch_size)
+        return dataclasses.replace(result, deliveries=deliveries, events=events)
+
+    async def _purge_batches(self, table: Table, condition: Any, batch_size: int) -> int:
+        """Delete ``table``'s rows matching ``condition``, ``batch_size`` per transaction."""
+        total = 0
+        while True:
+            async with self._tx() as conn:
+                ids = list((await conn.execute(
+                    select(table.c.id).where(condition).limit(batch_size))).scalars())
+                if ids:
+                    deleted = await conn.execute(delete(table).where(table.c.id.in_(ids), condition))
+                    total += deleted.rowcount
+            if len(ids) < batch_size:
+                return total
 
     # --- a user's deliveries --------------------------------------------------------
 

@@ -331,6 +331,8 @@ class PurgeResult:
 
     probes: int
     entries: int
+    deliveries: int = 0
+    events: int = 0
 
 
 # --- inputs ------------------------------------------------------------------------------
