@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -156,3 +157,22 @@ async def test_without_run_loop_there_is_no_lease(sqlite_url: str) -> None:
     async with service:
         assert service.leading and service.leader is None
         assert await service.store.current_lease(LOOP_LEASE) is None
+
+
+async def test_a_holder_that_stalled_past_its_ttl_keeps_the_lease_nobody_took(
+    database_url: str,
+) -> None:
+    """Restoring 100,000 profiles blocks the event loop longer than the lease's TTL; with no
+    other process on the database, the holder must go on leading, not step down for good."""
+    a = ProxyService(_settings(database_url), housekeeping=False)
+    await a.start()
+    try:
+        await _until(lambda: a.loop.ticks > 2)
+        epoch = a.leader.lease.epoch if a.leader is not None and a.leader.lease else None
+        time.sleep(1.5 * TTL)  # noqa: ASYNC251 -- the point: a synchronous stall
+        assert a.leader is not None and not a.leader.holds()  # its local deadline passed...
+        ticks = a.loop.ticks
+        await _until(lambda: a.leading and a.loop.ticks > ticks + 2, within=2 * TTL)
+        assert a.leader.lease is not None and a.leader.lease.epoch == epoch  # ...but it kept it
+    finally:
+        await a.stop()

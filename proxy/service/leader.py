@@ -9,7 +9,11 @@ stops renewing it (kill -9, a hung or partitioned host: the lease expires).
 Timing (:class:`LeaseTiming`): the holder renews every ``ttl / 3``; if renewals
 fail (database away) it keeps its lease until ``ttl`` after the start of the
 last successful renewal, then steps down by itself, at or before the moment the
-stored lease expires, so two loops never overlap while clocks agree. A standby
+stored lease expires, so two loops never overlap while clocks agree. A holder
+that merely stalled past that moment (a long synchronous restore: it did
+nothing meanwhile, :meth:`Leader.holds` refused every tick) renews when it
+wakes: a takeover bumps the epoch, so a renewal that still matches proves
+nobody took the lease, and it goes on leading. A standby
 that finds the lease live sleeps until it expires (at most ``ttl / 3``), so it
 takes over within ``ttl`` of the holder's last renewal plus one attempt.
 
@@ -130,6 +134,15 @@ class Leader:
         self.seen: Lease | None = None
         self._deadline = 0.0
 
+    async def confirm(self) -> bool:
+        """Renew now, whatever the local deadline says; False (and deposed) if the lease is lost.
+
+        For the end of a long synchronous stretch that may have outlived the
+        deadline (a restore): the loop must not start on a lease that lapsed.
+        """
+        await self._renew()
+        return self.holds()
+
     def holds(self) -> bool:
         """Whether this process may act as the lease's holder right now (checked before each tick)."""
         return self.lease is not None and self._monotonic() < self._deadline
@@ -192,8 +205,11 @@ class Leader:
         started = self._monotonic()
         left = self._deadline - started
         if left <= 0:
-            await self._depose("lease not renewed within its TTL (this process stalled)")
-            return 0.0
+            # This process stalled past its deadline (a long synchronous stretch such as
+            # restoring 100,000 profiles; the loop did not tick meanwhile: holds() refused).
+            # A takeover bumps the epoch, so a renewal that still matches (holder, epoch)
+            # proves nobody took the lease: keep it. Otherwise step down.
+            left = self.timing.renew_every
         try:
             renewed = await asyncio.wait_for(
                 self.leases.renew_lease(lease, now=_utc(self._wall()), ttl=self.timing.ttl), left)

@@ -364,6 +364,11 @@ class ProxyService:
         # otherwise stall the loop for hundreds of milliseconds (docs/bench-service.md).
         gc.collect()
         gc.freeze()
+        if leader is not None and not await leader.confirm():
+            # The restore outlived the lease and another process took it: that one leads. The
+            # leader stepped this one down (a standby) and campaigns again.
+            log.warning("lease_lost_while_restoring", feeds=len(runtime.feeds))
+            return
         writer.start()
         writer.submit(steps)
         if self._deliver:
