@@ -333,7 +333,7 @@ class CaptureExplore:
 
     __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_refresh", "_stride", "_z")
 
-    def __init__(self, *, z: float = 1.0, epsilon: float = 0.1, refresh: int = 10) -> None:
+    def __init__(self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         if refresh < 1:

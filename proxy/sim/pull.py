@@ -121,7 +121,7 @@ class PullOptions:
     prior_chronons: float = 10.0
     refresh: int = 10
     explore_z: float = 1.0
-    explore_epsilon: float = 0.1
+    explore_epsilon: float = 0.2
     extra: dict[str, object] = field(default_factory=dict)
 
 
