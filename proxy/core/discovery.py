@@ -394,7 +394,7 @@ class CaptureExplore:
         self._explore += self._epsilon * budget
         k = min(int(self._explore + 1e-9), budget, n)
         self._explore -= k
-        self._explore = min(self._explore, 1.0)  # a chronon without budget does not bank exploration
+        self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
         stalest = sorted(range(n), key=lambda i: (last_success[i] is not None, last_success[i] or 0, resources[i]))
         out = [resources[i] for i in stalest[:k]]
         self._stride.spend(out)
