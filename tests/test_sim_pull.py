@@ -13,6 +13,7 @@ from proxy.core.policies import policy_names
 from proxy.sim.pull import Background, PullOptions, Rates, simulate_pull, true_updates, watch_specs
 from proxy.sim.run import simulate
 from proxy.sim.score import score_schedule
+from proxy.sim.synthetic import num_update_watch
 
 K = 12
 
@@ -105,6 +106,18 @@ def test_sup_probes_at_the_last_chronon_of_each_predicted_ei() -> None:
     assert simulate(wl, "fbsup").schedule == ((11, 0), (19, 0))
 
 
+def test_capture_explore_is_deterministic_and_keeps_learning_where_capture_stops() -> None:
+    """A feed silent at first, then fast: capture learns it is slow and never looks again; the floor finds it."""
+    k, n = 400, 8
+    ups = [list(range(150, k, 3)) if r == 0 else list(range(r, k, 20)) for r in range(n)]
+    wl = num_update_watch(ups, k, window=4, budget=1)
+    runs = [simulate_pull(wl, "mrsf-p", PullOptions(background=bg, rates=Rates.ONLINE, updates=ups))
+            for bg in (Background.CAPTURE_EXPLORE, Background.CAPTURE_EXPLORE, Background.CAPTURE)]
+    assert runs[0].schedule == runs[1].schedule
+    assert runs[0].extra["background"] == "capture-explore"
+    assert runs[0].captured > runs[2].captured, (runs[0].captured, runs[2].captured)
+
+
 # --- invariants over random small workloads -------------------------------------------
 
 @st.composite
@@ -180,6 +193,7 @@ def test_cli_runs_pull_only_and_the_result_rescores(tmp_path) -> None:  # type: 
                                    "--reveal", "update"]).exit_code == 0
     for args in (["-p", "mrsf-p", "--reveal", "pull"], ["-p", "sup"],
                  ["-p", "wic", "--reveal", "pull", "--rates", "online", "--background", "sqrt"],
+                 ["-p", "mrsf-p", "--reveal", "pull", "--rates", "online", "--background", "capture-explore"],
                  ["-p", "adm-edf", "--reveal", "pull", "--planner", "fbsup"]):
         r = tmp_path / "r.json"
         res = runner.invoke(sim_app, ["run", str(w), *args, "-o", str(r)])

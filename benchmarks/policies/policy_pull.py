@@ -15,7 +15,8 @@ Experiments (``--only`` picks some; ``--tiny`` shrinks every size for a smoke te
   exact optimum, on a small Table 1 workload whose EIs start at updates.
 * ``alloc`` — background allocations at equal budget: greedy index, WIC
   index, round-robin, paper 004's sqrt-rate, Cho & Garcia-Molina's
-  freshness, capture-optimal; known against learnt rates.
+  freshness, capture-optimal, capture-optimal with exploration; known
+  against learnt rates; capture-explore's sensitivity to its ε and z.
 
 Run from the checkout: ``.venv/bin/python benchmarks/policies/policy_pull.py``.
 """
@@ -199,30 +200,83 @@ def exp_policies(sz: Sizes) -> list[list[object]]:
 
 
 ALLOC = (Background.GREEDY, Background.WIC, Background.ROUND_ROBIN, Background.SQRT, Background.FRESHNESS,
-         Background.CAPTURE)
+         Background.CAPTURE, Background.CAPTURE_EXPLORE)
+# capture-explore's (z, ε) for the sensitivity table; (1.0, 0.2) is the default, (·, 0) has no floor.
+EXPLORE = ((1.0, 0.0), (1.0, 0.05), (1.0, 0.1), (1.0, 0.2), (1.0, 0.3), (0.5, 0.2), (2.0, 0.2))
+DATASETS = ("RSS (real trace)", "Synthetic Data 2")
+
+
+def alloc_run(sz: Sizes, name: str, c: int, rates: Rates, bg: Background, **kw: float) -> tuple[float, float]:
+    """Mean completeness and probes of one background allocation over the seeds."""
+    comp, probes = [], []
+    for seed in range(sz.seeds):
+        ups = real(sz) if name.startswith("RSS") else synthetic(sz, seed)[0]
+        wl = num_update_watch(ups, sz.chronons, window=sz.window, budget=c)
+        r = simulate_pull(wl, "mrsf-p", PullOptions(background=bg, rates=rates, updates=ups, seed=seed,
+                                                    **kw))  # type: ignore[arg-type]
+        comp.append(r.completeness)
+        probes.append(r.probes)
+    return statistics.mean(comp), statistics.mean(probes)
 
 
 def exp_alloc(sz: Sizes) -> tuple[list[list[object]], dict[str, object]]:
     rows: list[list[object]] = []
     plot: dict[str, list[float]] = {}
-    for name in ("RSS (real trace)", "Synthetic Data 2"):
+    summary: list[list[object]] = []
+    for name in DATASETS:
         for c in sz.alloc_budgets:
+            means: dict[tuple[Rates, Background], float] = {}
             for rates in (Rates.KNOWN, Rates.ONLINE):
                 cells: list[object] = [name, c, rates.value]
                 for bg in ALLOC:
-                    comp, probes = [], []
-                    for seed in range(sz.seeds):
-                        ups = real(sz) if name.startswith("RSS") else synthetic(sz, seed)[0]
-                        wl = num_update_watch(ups, sz.chronons, window=sz.window, budget=c)
-                        r = simulate_pull(wl, "mrsf-p", PullOptions(background=bg, rates=rates, updates=ups,
-                                                                    seed=seed))
-                        comp.append(r.completeness)
-                        probes.append(r.probes)
-                    cells.append(f"{statistics.mean(comp):.3f} ({statistics.mean(probes):.0f})")
+                    comp, probes = alloc_run(sz, name, c, rates, bg)
+                    means[rates, bg] = comp
+                    cells.append(f"{comp:.3f} ({probes:.0f})")
                     if name.startswith("Synth") and c == sz.alloc_budgets[-1]:
-                        plot.setdefault(rates.value, []).append(statistics.mean(comp))
+                        plot.setdefault(rates.value, []).append(comp)
                 rows.append(cells)
-    return rows, {"bars": plot}
+            ce, g, cap = Background.CAPTURE_EXPLORE, Background.GREEDY, Background.CAPTURE
+            summary.append([name, c, f"{gain(means[Rates.ONLINE, ce], means[Rates.ONLINE, g])}",
+                            f"{gain(means[Rates.ONLINE, ce], means[Rates.ONLINE, cap])}",
+                            f"{gain(means[Rates.KNOWN, ce], means[Rates.KNOWN, g])}",
+                            f"{gain(means[Rates.KNOWN, ce], means[Rates.KNOWN, cap])}"])
+    return rows, {"bars": plot, "summary": summary}
+
+
+def gain(a: float, b: float) -> str:
+    return f"{100 * (a - b) / b:+.0f} %" if b else "—"
+
+
+# Slices of the real trace (days, chronons) beyond the one above: is the gain a property of one slice?
+SLICES = ((15.0, 500), (15.0, 1000), (15.0, 2000), (30.0, 500), (30.0, 1000), (30.0, 2000), (60.0, 500),
+          (60.0, 1000), (60.0, 2000))
+
+
+def exp_slices(sz: Sizes) -> list[list[object]]:
+    """greedy, capture and capture-explore with learnt rates on slices of the real trace (deterministic)."""
+    rows: list[list[object]] = []
+    bgs = (Background.GREEDY, Background.CAPTURE, Background.CAPTURE_EXPLORE)
+    for days, k in SLICES if sz.chronons >= 1000 else ((sz.trace_days, sz.chronons),):
+        s = replace(sz, trace_days=days, chronons=k, seeds=1)
+        for c in sz.alloc_budgets:
+            comp = [alloc_run(s, "RSS (real trace)", c, Rates.ONLINE, bg)[0] for bg in bgs]
+            rows.append([f"{days:g}", k, len(real(s)), c, *(f"{v:.3f}" for v in comp), gain(comp[2], comp[0])])
+    return rows
+
+
+def exp_explore(sz: Sizes) -> list[list[object]]:
+    """capture-explore's completeness for each (z, ε) of :data:`EXPLORE`."""
+    rows: list[list[object]] = []
+    for name in DATASETS:
+        for c in sz.alloc_budgets:
+            for rates in (Rates.KNOWN, Rates.ONLINE):
+                cells: list[object] = [name, c, rates.value]
+                for z, eps in EXPLORE:
+                    comp, _ = alloc_run(sz, name, c, rates, Background.CAPTURE_EXPLORE, explore_z=z,
+                                        explore_epsilon=eps)
+                    cells.append(f"{comp:.3f}")
+                rows.append(cells)
+    return rows
 
 
 # ------------------------------------------------------------------ output
@@ -296,7 +350,7 @@ def write_doc(doc: Path, body: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--only", action="append", choices=["sup-wic", "fbsup", "policies", "alloc"])
+    ap.add_argument("--only", action="append", choices=["sup-wic", "fbsup", "policies", "alloc", "explore"])
     ap.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke test, not a result)")
     ap.add_argument("--seeds", type=int, help="seeds per point (default 3)")
     ap.add_argument("--doc", type=Path, default=DOC)
@@ -305,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sz = TINY if args.tiny else Sizes()
     if args.seeds:
         sz = replace(sz, seeds=args.seeds)
-    wanted = args.only or ["sup-wic", "fbsup", "policies", "alloc"]
+    wanted = args.only or ["sup-wic", "fbsup", "policies", "alloc", "explore"]
     sections: dict[str, str] = {}
     began = time.perf_counter()
     timings: dict[str, float] = {}
@@ -349,7 +403,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"Num Update Watch X=1, window({sz.window}); completeness (probes used); "
                              f"{sz.seeds} seeds; {timings['alloc']:.0f} s.\n\n"
                              + table(["data", "C", "rates", *(b.value for b in ALLOC)], rows)
-                             + "\n\n![allocations](img/discovery_alloc.png)")
+                             + "\n\n![allocations](img/discovery_alloc.png)\n\n"
+                             + "capture-explore (z=1, ε=0.2) against greedy and capture, from the table above:\n\n"
+                             + table(["data", "C", "learnt: vs greedy", "learnt: vs capture", "known: vs greedy",
+                                      "known: vs capture"], data["summary"]))  # type: ignore[arg-type]
+    if "explore" in wanted:
+        t = time.perf_counter()
+        rows = exp_explore(sz)
+        timings["explore"] = time.perf_counter() - t
+        sections["explore"] = ("### capture-explore: its optimism z and floor ε\n\n"
+                               f"As above; completeness; {sz.seeds} seeds; {timings['explore']:.0f} s.\n\n"
+                               + table(["data", "C", "rates", *(f"z={z:g} ε={e:g}" for z, e in EXPLORE)], rows))
+        t = time.perf_counter()
+        rows = exp_slices(sz)
+        timings["slices"] = time.perf_counter() - t
+        sections["slices"] = ("### capture-explore on other slices of the real trace, rates learnt\n\n"
+                              f"Last `days` of the trace on K chronons, window({sz.window}), mrsf-p; "
+                              f"deterministic (one run each); {timings['slices']:.0f} s.\n\n"
+                              + table(["days", "K", "feeds", "C", "greedy", "capture", "capture-explore",
+                                       "vs greedy"], rows))
     total = time.perf_counter() - began
     cmd = "benchmarks/policies/policy_pull.py" + (" --tiny" if args.tiny else "") + "".join(
         f" --only {w}" for w in (args.only or []))

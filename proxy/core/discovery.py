@@ -21,11 +21,15 @@ is watched, nor which feeds are blocked (the caller leaves them out).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from proxy.core.rates import gamma_upper
+
 __all__ = [
+    "CaptureExplore",
     "FrequencyStride",
     "MemorylessSqrt",
     "RoundRobinWatch",
@@ -286,4 +290,127 @@ class FrequencyStride:
         out = ranked[:budget]
         for r in out:
             credit[r] -= 1.0
+        return out
+
+    def spend(self, resources: Sequence[int]) -> None:
+        """``resources`` were probed by someone else this chronon: their next strided probe is a period away."""
+        for r in resources:
+            if r in self._credit:
+                self._credit[r] = max(self._credit[r] - 1.0, 0.0)
+
+
+class CaptureExplore:
+    """Capture-optimal frequencies on optimistic rates, with a floor of probes for every watched feed.
+
+    ``capture`` (:func:`capture_frequencies` + :class:`FrequencyStride`) wins
+    with known rates but, with learnt ones, commits to its first noisy
+    estimates: a feed it gives no probes is never seen again, so its rate is
+    never corrected (``docs/discovery-sim.md``). Each chronon, with spare
+    budget ``B``:
+
+    1. *explore*: a share ``epsilon`` of ``B`` (a running credit, so
+       ``epsilon·B < 1`` still yields a probe every ``1/(epsilon·B)``
+       chronons) goes to the stalest watched feeds (never probed first). A
+       stalest-first cycle reaches every feed within ``len(resources)``
+       explore probes, whatever the models say;
+    2. *exploit*: capture frequencies for the rest, ``(1 − epsilon)·B``, on
+       optimistic rates ``λ⁺ = λ · q_z / mean``, where ``q_z`` is the upper
+       ``z`` quantile of the feed's Gamma posterior (:func:`gamma_upper`):
+       a feed seen for few chronons looks faster than its mean, so it keeps
+       probes until its estimate tightens (UCB, Auer et al. 2002). Without a
+       posterior (rates known) ``λ⁺ = λ``. Recomputed every ``refresh``
+       chronons or when a new feed appears; executed by a
+       :class:`FrequencyStride`;
+    3. *fill*: any budget still unused (the stride's frequencies are capped
+       at one probe per ``window + 1`` chronons, so they often leave some) goes
+       to the greedy index (:func:`background_probes`) on ``λ⁺``: the
+       allocation is work-conserving.
+
+    Deterministic (ties by resource id): no RNG. Stateful (stride credit,
+    explore credit, frequencies): one instance per epoch, shown every chronon.
+    Does not know which feeds are blocked: the caller leaves them out.
+    """
+
+    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_refresh", "_stride", "_z")
+
+    def __init__(self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        if refresh < 1:
+            raise ValueError(f"refresh must be >= 1, got {refresh}")
+        if not math.isfinite(z):
+            raise ValueError(f"z must be finite, got {z}")
+        self._z = z
+        self._epsilon = epsilon
+        self._refresh = refresh
+        self._stride = FrequencyStride()
+        self._explore = 0.0
+        self._freq: dict[int, float] = {}
+        self._freq_at: int | None = None
+
+    def optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> list[float]:
+        """``λ⁺``: each rate scaled by its posterior's upper ``z`` quantile over its mean (as is without one)."""
+        lam = [max(r, 0.0) for r in rate]
+        if posterior is None:
+            return lam
+        if len(posterior) != len(lam):
+            raise ValueError("posterior and rate must have the same length")
+        return [r * gamma_upper(a, b, self._z) / (a / b) for r, (a, b) in zip(lam, posterior, strict=True)]
+
+    def pick(
+        self,
+        budget: int,
+        now: int,
+        resources: Sequence[int],
+        last_success: Sequence[int | None],
+        rate: Sequence[float],
+        weight: Sequence[float],
+        window: int,
+        posterior: Sequence[tuple[float, float]] | None = None,
+    ) -> list[int]:
+        """At most ``budget`` distinct ``resources`` to probe at ``now``: explored, then strided, then filled.
+
+        Arguments as :func:`background_probes`; ``window``: the watch rules'
+        ``W`` (EIs ``[u, u + W]``); ``posterior[i]``: the ``(shape, rate)``
+        of the Gamma posterior of resource ``i``'s rate (updates found + prior,
+        chronons observed + prior), or ``None`` when rates are known.
+        """
+        n = len(resources)
+        if not n == len(last_success) == len(rate) == len(weight):
+            raise ValueError("resources, last_success, rate and weight must have the same length")
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
+        lam = self.optimistic(rate, posterior)
+        if self._freq_at is None or now - self._freq_at >= self._refresh or any(r not in self._freq for r in resources):
+            self._freq_at = now
+            f = capture_frequencies(lam, weight, (1.0 - self._epsilon) * budget, window)
+            self._freq = dict(zip(resources, f, strict=True))
+        if budget == 0 or n == 0:
+            self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues
+            return []
+        # 1. explore: the stalest first (never probed: stalest of all), then the smaller id.
+        self._explore += self._epsilon * budget
+        k = min(int(self._explore + 1e-9), budget, n)
+        self._explore -= k
+        self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
+        stalest = sorted(range(n), key=lambda i: (last_success[i] is not None, last_success[i] or 0, resources[i]))
+        out = [resources[i] for i in stalest[:k]]
+        self._stride.spend(out)
+        taken = set(out)
+        # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
+        rest = [i for i in range(n) if resources[i] not in taken]
+        strided = self._stride.pick(budget - len(out), [resources[i] for i in rest],
+                                    [self._freq[resources[i]] for i in rest])
+        out += strided
+        taken.update(strided)
+        # 3. fill: work-conserving, by the greedy index on the optimistic rates.
+        if len(out) < budget:
+            rest = [i for i in range(n) if resources[i] not in taken]
+            filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
+                                       [last_success[i] for i in rest], [lam[i] for i in rest],
+                                       [weight[i] for i in rest])
+            self._stride.spend(filled)
+            out += filled
         return out

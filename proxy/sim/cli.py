@@ -137,7 +137,7 @@ def run(
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="Seconds for optimal / lp-bound.")] = None,
     max_variables: Annotated[int | None, typer.Option("--max-variables", help="optimal / lp-bound refuse models with more probe variables (default 2,000,000).")] = None,
     reveal: Annotated[str | None, typer.Option("--reveal", help="'pushed': update EIs known at their start, as if pinged (default); 'pull': only when a probe finds the update (sup / fbsup imply it).")] = None,
-    background: Annotated[str, typer.Option("--background", help="Pull only: where the budget the policy leaves goes: greedy, wic, round-robin, sqrt, freshness, capture, none.")] = "greedy",
+    background: Annotated[str, typer.Option("--background", help="Pull only: where the budget the policy leaves goes: greedy, wic, round-robin, sqrt, freshness, capture, capture-explore, none.")] = "greedy",
     rates: Annotated[str, typer.Option("--rates", help="Pull only: rate model of background probes and SUP: 'known' (true rates) or 'online' (learnt).")] = "known",
     planner: Annotated[str | None, typer.Option("--planner", help="Pull only: add SUP's or fbSUP's predicted EIs to the engine ('sup', 'fbsup').")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Pull only: seed of the sqrt background's draws.")] = 0,

@@ -47,6 +47,7 @@ from enum import StrEnum
 import numpy as np
 
 from proxy.core.discovery import (
+    CaptureExplore,
     FrequencyStride,
     MemorylessSqrt,
     RoundRobinWatch,
@@ -80,6 +81,7 @@ class Background(StrEnum):
     SQRT = "sqrt"  # paper 004: memoryless, p ∝ sqrt(w·λ)
     FRESHNESS = "freshness"  # Cho & Garcia-Molina's freshness-optimal frequencies, strided
     CAPTURE = "capture"  # capture-optimal frequencies for window(W) EIs, strided
+    CAPTURE_EXPLORE = "capture-explore"  # capture on optimistic (UCB) rates + a stalest-first floor + greedy fill
 
 
 class Rates(StrEnum):
@@ -100,6 +102,9 @@ class PullOptions:
     ``every``, ``window``, ``life``: the watch rule SUP plans for (default:
     from the workload's ``meta``, else inferred from the update EIs).
     ``refresh``: chronons between recomputations of frequency allocations.
+    ``explore_z``, ``explore_epsilon``: ``capture-explore``'s optimism (the
+    posterior quantile, in standard deviations) and its share of the spare
+    budget for the stalest feeds (:class:`proxy.core.discovery.CaptureExplore`).
     """
 
     background: Background = Background.GREEDY
@@ -115,6 +120,8 @@ class PullOptions:
     prior_count: float = 1.0
     prior_chronons: float = 10.0
     refresh: int = 10
+    explore_z: float = 1.0
+    explore_epsilon: float = 0.2
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -272,12 +279,13 @@ def simulate_pull(
             raise ValueError("the planner needs an UpdatePredictor: pass options.predictor")
         planner = SupPlanner(predictor, watch_specs(workload, opts), k, feedback=planner_name == "fbsup")
     specs_window = None
-    if opts.background in (Background.WIC, Background.CAPTURE):
+    if opts.background in (Background.WIC, Background.CAPTURE, Background.CAPTURE_EXPLORE):
         spec = watch_specs(workload, opts)
         specs_window = max((s.window for s in spec), default=0)
     rr = RoundRobinWatch()
     sqrt = MemorylessSqrt(np.random.default_rng(opts.seed))
     stride = FrequencyStride()
+    explore = CaptureExplore(z=opts.explore_z, epsilon=opts.explore_epsilon, refresh=opts.refresh)
     freq: list[float] = []
     freq_at = -opts.refresh
     last_success: dict[int, int] = {}
@@ -315,6 +323,10 @@ def simulate_pull(
                         freq = capture_frequencies(all_lam, weight, avg_spare, specs_window or 0)
                 fmap = dict(zip(watched, freq, strict=True))
                 bg = stride.pick(spare, cand, [fmap[r] for r in cand])
+            if opts.background is Background.CAPTURE_EXPLORE:
+                post = [online.posterior(r) for r in cand] if online is not None and opts.rate_model is None else None
+                bg = explore.pick(spare, t, cand, [last_success.get(r, -1) for r in cand], lam, w,
+                                  specs_window or 0, post)
             background_count += len(bg)
             chosen = [*chosen, *bg]
         engine.probe(chosen)
