@@ -160,6 +160,7 @@ def test_update_watchers_count_the_rules_waiting_for_each_feeds_next_update() ->
     ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [
         {"name": "w", "watch": {"feeds": ["A", "B"], "within": "3m"}}, ON_UPDATE]}), FEEDS)
     assert dict(ev.update_watchers()) == {A: 1, B: 1, MISH: 1}  # the query feed CNN waits for nothing
+    assert ev.update_window() == 3  # the watch rule's 3m (the trigger's slack is 3m too)
     ev.on_notification(A, 2)
     assert dict(ev.update_watchers()) == {B: 1, MISH: 1}  # A is in the current CEI: its next update waits
     ev.on_notification(A, 3)
@@ -176,3 +177,4 @@ def test_update_watchers_count_the_rules_waiting_for_each_feeds_next_update() ->
     assert dict(ev.update_watchers()) == {A: 1, MISH: 1}
     ev.remove_profile("p")
     assert dict(ev.update_watchers()) == {}
+    assert ev.update_window() is None

@@ -233,6 +233,7 @@ class TriggerEvaluator:
         self._last_ping: dict[int, int] = {}  # feed -> chronon of its last notification
         self._pinged: dict[str, dict[int, int]] = {}  # rule -> feed -> chronon of its last ping
         self._watchers: dict[int, int] = {}  # feed -> rules that wait for its updates
+        self._wait_windows: dict[int, int] = {}  # window (chronons) -> waiting rules with it
         self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
         self._counter = 0
         # Temporal rules wait in a heap by next fire chronon, so a tick costs what is due,
@@ -307,6 +308,13 @@ class TriggerEvaluator:
                     self._wait(feeds, -1)
             else:
                 self._wait([r for r in feeds if r not in wstate.covered], -1)
+            if _waits_for_updates(rule):
+                w = _update_window(rule)
+                left = self._wait_windows[w] - 1
+                if left:
+                    self._wait_windows[w] = left
+                else:
+                    del self._wait_windows[w]
         return ops
 
     def replace_profile(
@@ -369,6 +377,8 @@ class TriggerEvaluator:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
             if _waits_for_updates(rule):
                 self._wait(feeds, +1)
+                w = _update_window(rule)
+                self._wait_windows[w] = self._wait_windows.get(w, 0) + 1
             self._dirty.add(rule.rule_id)
 
     def profile_ids(self) -> list[str]:
@@ -386,6 +396,14 @@ class TriggerEvaluator:
         as profiles come and go and CEIs fill: reading it costs nothing. Read-only.
         """
         return self._watchers
+
+    def update_window(self) -> int | None:
+        """The shortest window (chronons) in which a waiting rule must see an update, or None.
+
+        A watch rule's ``within``, an ``on: update`` trigger's ``slack``: a probe
+        later than that after the update finds it too late for that rule.
+        """
+        return min(self._wait_windows) if self._wait_windows else None
 
     def _wait(self, resources: Iterable[int], delta: int) -> None:
         for r in resources:
@@ -851,6 +869,11 @@ class TriggerEvaluator:
 def _waits_for_updates(rule: _Rule) -> bool:
     """Whether ``rule`` learns of its feeds' updates only from pings or probes."""
     return isinstance(rule, _WatchRule) or rule.mode == "notify"
+
+
+def _update_window(rule: _Rule) -> int:
+    """How soon after an update a probe must see it for ``rule`` (a waiting rule)."""
+    return rule.within if isinstance(rule, _WatchRule) else rule.slack
 
 
 def _opt_int(value: Any) -> int | None:

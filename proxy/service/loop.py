@@ -33,16 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import math
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import structlog
 
-from proxy.core.discovery import rank_background
+from proxy.core.discovery import CaptureExplore
 from proxy.core.engine import CeiState
 from proxy.core.policies import Policy
 from proxy.errors import StorageError
@@ -106,6 +104,8 @@ class ChrononLoop:
     _busy: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _known: NothingKnown = field(default_factory=NothingKnown)
+    #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
+    _allocator: CaptureExplore = field(default_factory=CaptureExplore)
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
@@ -149,7 +149,7 @@ class ChrononLoop:
         budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
         spare = budget - len(chosen)
-        background = self._background(spare, now, exclude | set(chosen)) if spare > 0 else []
+        background = self._background(spare, t, exclude | set(chosen))
         chosen += background
         if chosen:  # the decision itself, for `proxy demo` and debugging (debug: one line a chronon)
             log.debug("selected", chronon=t, budget=budget,
@@ -183,45 +183,37 @@ class ChrononLoop:
         self.ticks += 1
         return chosen
 
-    def _background(self, spare: int, now: dt.datetime, exclude: set[int]) -> list[int]:
-        """Spare budget to the feeds rules watch for updates, most likely changed first.
+    def _background(self, spare: int, t: int, exclude: set[int]) -> list[int]:
+        """Spare budget to the feeds rules wait for: capture-optimal frequencies that keep exploring.
 
-        Score: the rules waiting on the feed times the chance it changed since its
-        last successful probe, from its update model (seasonal and near-periodic
-        feeds included); a feed never probed successfully first. The model's exact
-        chance costs microseconds a feed, so it is computed for the best
-        ``max(64, 8 × spare)`` by a cheap cut (the feed's mean rate of the last
-        week), not for every watched feed. ``exclude``: blocked feeds, probes in
-        flight and the engine's own picks. (``proxy.core.discovery``.)
+        ``proxy.core.discovery.CaptureExplore`` (docs/discovery-sim.md): a fifth of
+        the spare budget to the feeds waited on longest, the rest by capture-optimal
+        frequencies on the learnt rates (each feed's mean rate of the last week,
+        from its update model), whatever is left by the greedy index. Weights: the
+        rules waiting for each feed's next update; window: the shortest a waiting
+        rule allows. Called every chronon, with no spare budget too, so the
+        allocator's stride credit keeps time. ``exclude``: blocked feeds, probes in
+        flight and the engine's own picks.
         """
         rt = self.runtime
-        at = now.timestamp()
+        evaluator = rt.evaluator
+        window = evaluator.update_window()
+        if window is None:
+            return []
         resources: list[int] = []
-        slots: list[FeedSlot] = []
+        last: list[int | None] = []
+        rate: list[float] = []
         weight: list[float] = []
-        for r, waiting in rt.evaluator.update_watchers().items():
+        length = self.clock.length
+        for r, waiting in evaluator.update_watchers().items():
             slot = rt.feeds.by_resource.get(r)
             if slot is None or r in exclude:
                 continue
             resources.append(r)
-            slots.append(slot)
+            last.append(slot.last_success)
+            rate.append(slot.mean_rate * length)
             weight.append(float(waiting))
-        if not resources:
-            return []
-        w = np.asarray(weight)
-        never = np.array([s.last_success_at is None for s in slots])
-        waited = np.array([np.inf if s.last_success_at is None else at - s.last_success_at for s in slots])
-        rate = np.array([s.mean_rate for s in slots])
-        cheap = np.where(never, np.inf, w * -np.expm1(-rate * np.where(never, 0.0, waited)))
-        keep = max(64, 8 * spare)
-        cut = np.argpartition(-cheap, keep)[:keep] if len(cheap) > keep else np.arange(len(cheap))
-        models = rt.models
-        exact = [
-            math.inf if never[i] else w[i] * models.change_probability(
-                resources[i], slots[i].last_success_at or at, at)
-            for i in cut
-        ]
-        return rank_background(spare, [resources[i] for i in cut], exact, waited[cut].tolist())
+        return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window)
 
     def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
                started_at: dt.datetime) -> None:
