@@ -21,6 +21,7 @@ is watched, nor which feeds are blocked (the caller leaves them out).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -395,8 +396,10 @@ class CaptureExplore:
         k = min(int(self._explore + 1e-9), budget, n)
         self._explore -= k
         self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
-        stalest = sorted(range(n), key=lambda i: (last_success[i] is not None, last_success[i] or 0, resources[i]))
-        out = [resources[i] for i in stalest[:k]]
+        # heapq.nsmallest: O(n log k), not a sort of every watched feed each chronon.
+        stalest = heapq.nsmallest(
+            k, range(n), key=lambda i: (last_success[i] is not None, last_success[i] or 0, resources[i]))
+        out = [resources[i] for i in stalest]
         self._stride.spend(out)
         taken = set(out)
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
