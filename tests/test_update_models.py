@@ -376,3 +376,18 @@ def test_snapshot_round_trip_is_exact_for_any_history(ops) -> None:
     back = FeedUpdateModels(UpdateModelSettings(min_shape_updates=8))
     back.restore(json.loads(json.dumps(m.snapshot())))
     assert back.estimate("h", after=T0) == m.estimate("h", after=T0)
+
+
+def test_kind_counts_agree_with_estimate_without_refitting() -> None:
+    """The gauge's cheap count says what ``estimate`` says, feed by feed."""
+    models = FeedUpdateModels()
+    day, t0 = 86_400.0, 1_767_225_600.0  # 2026-01-01 00:00 UTC
+    digest = [t0 + 6 * 3600 + n * day + (n % 5) * 60 for n in range(40)]  # 06:00 daily, minutes late
+    models.observe_document("digest", digest[-1] + 3600, digest)
+    models.observe_document("plain", t0 + 3 * day, [t0 + day, t0 + 1.5 * day, t0 + 2.2 * day])
+    feeds = ["digest", "plain", "never-seen"]
+    expected = {"prior": 0, "poisson": 0, "seasonal": 0, "periodic": 0}
+    for feed in feeds:
+        expected[models.estimate(feed).kind] += 1
+    assert models.kind_counts(feeds) == expected
+    assert expected["prior"] == 1 and expected["poisson"] + expected["periodic"] == 2

@@ -636,6 +636,26 @@ class FeedUpdateModels:
         """The feeds with a record."""
         return list(self._feeds)
 
+    def kind_counts(self, feeds: Iterable[FeedKey]) -> dict[ModelKind, int]:
+        """How many of ``feeds`` have each kind of model, as of each feed's last model choice.
+
+        For a gauge: it reads what :meth:`estimate` would choose from, without
+        refitting anything (``estimate`` costs tens of microseconds a feed; this,
+        a dict lookup). A feed with observations but no choice yet is ``poisson``,
+        as ``estimate`` says; a feed never observed is ``prior``.
+        """
+        counts: dict[ModelKind, int] = {"prior": 0, "poisson": 0, "seasonal": 0, "periodic": 0}
+        for feed in feeds:
+            f = self._feeds.get(feed)
+            if f is None:
+                kind: ModelKind = "prior"
+            elif f.kind in ("seasonal", "periodic"):
+                kind = f.kind
+            else:
+                kind = "poisson" if f.updates or f.censored else "prior"
+            counts[kind] += 1
+        return counts
+
     def estimate(self, feed: FeedKey, after: float | None = None) -> FeedModelEstimate:
         """The feed's model; ``next_expected`` is after ``after`` (default: the feed's latest observation).
 

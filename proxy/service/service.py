@@ -77,7 +77,6 @@ from proxy.store import (
 log = structlog.get_logger("proxy.service")
 
 UPDATE_MODELS_KEY = "update_models"
-MODEL_KINDS = ("prior", "poisson", "seasonal", "periodic")
 
 # Probe outcomes that saw the feed's state (a 304 confirms the copy held is current).
 SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
@@ -473,10 +472,7 @@ class ProxyService:
         stopped. The gauge ``proxy_update_models{kind}`` is refreshed at the same time.
         """
         rt = self.runtime
-        kinds: dict[str, int] = dict.fromkeys(MODEL_KINDS, 0)
-        for slot in rt.feeds.by_id.values():
-            learnt = rt.models.estimate(slot.resource).kind
-            kinds[learnt] = kinds.get(learnt, 0) + 1
+        kinds = rt.models.kind_counts(slot.resource for slot in rt.feeds.by_id.values())
         for name, n in kinds.items():
             self.metrics.update_models.labels(kind=name).set(n)
         try:
