@@ -25,7 +25,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from proxy import __version__
 from proxy.api.deps import Service
 from proxy.api.routes_feeds import router as feeds_router
+from proxy.api.routes_keys import router as keys_router
 from proxy.api.routes_notify import router as notify_router
+from proxy.api.routes_opml import router as opml_router
 from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
 from proxy.api.schemas import ReadyOut
@@ -105,7 +107,9 @@ def make_app(
     )
     app.state.service = the_service
     app.add_exception_handler(ProxyError, _proxy_error)
+    app.include_router(opml_router)  # before feeds: /opml is not a {feed_id}
     app.include_router(feeds_router)
+    app.include_router(keys_router)
     app.include_router(profiles_router)
     app.include_router(notify_router)
     app.include_router(plan_router)

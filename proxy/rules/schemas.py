@@ -29,12 +29,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     JsonValue,
     StringConstraints,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -109,7 +111,27 @@ def _check_positive(value: str) -> str:
 
 Duration = Annotated[str, AfterValidator(_check_duration)]
 PositiveDuration = Annotated[str, AfterValidator(_check_duration), AfterValidator(_check_positive)]
-FeedId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+def _feed_id_text(value: Any) -> Any:
+    # POST /api/v1/feeds answers the id as a number: a rule may name it as that number or as
+    # a string of its digits (issue 20). Stored and returned as the string (the canonical form).
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+FeedId = Annotated[
+    str,
+    BeforeValidator(_feed_id_text),
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=200),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 200}, {"type": "integer"}],
+         "description": "A feed's id as `POST /api/v1/feeds` returns it: the number (12) or "
+                        "its digits as a string (\"12\", the canonical form rules are stored in)."},
+        mode="validation",
+    ),
+]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Keyword = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 

@@ -5,7 +5,7 @@ Public API::
     make_engine(url)                      # AsyncEngine with SQLite pragmas / PG pre-ping
     upgrade_database(url)                 # apply migrations (service start, `proxy db upgrade`)
     Store.from_url(url) / Store(engine)   # every query the service and API need
-    records: User, Feed, Registration, RegisteredFeed, FeedHealth, Profile, Rule, Cei, Ei,
+    records: User, ApiKey, ChrononFigures, Feed, Registration, RegisteredFeed, FeedHealth, Profile, Rule, Cei, Ei,
              Entry, CapturedEntry, Probe, MetricsSummary, ProfileCompleteness, PurgeResult,
              ProbeRecord, Lease (who runs the chronon loop: holder, epoch, expiry)
     inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
@@ -21,10 +21,12 @@ from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
 from proxy.store._types import (
     CEI_STATES,
+    ApiKey,
     AttemptOutcome,
     CapturedEntry,
     CaptureInput,
     Cei,
+    ChrononFigures,
     CeiState,
     CeiStateChange,
     Delivery,
@@ -58,10 +60,12 @@ from proxy.store.migrate import current_revision, downgrade_database, upgrade_da
 
 __all__ = [
     "CEI_STATES",
+    "ApiKey",
     "AttemptOutcome",
     "CaptureInput",
     "CapturedEntry",
     "Cei",
+    "ChrononFigures",
     "CeiState",
     "CeiStateChange",
     "Delivery",

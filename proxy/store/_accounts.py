@@ -43,6 +43,7 @@ from proxy.store._models import (
     UserRow,
 )
 from proxy.store._types import (
+    ApiKey,
     Feed,
     FeedHealth,
     FeedUpdate,
@@ -135,6 +136,76 @@ class AccountsAndFeeds(StoreBase):
         async with self._tx() as conn:
             row = (await conn.execute(select(UserRow).where(UserRow.name == name))).first()
         return None if row is None else _user(row)
+
+    async def list_users(self) -> list[User]:
+        """Every user, by id."""
+        async with self._tx() as conn:
+            rows = (await conn.execute(select(UserRow).order_by(UserRow.id))).all()
+        return [_user(row) for row in rows]
+
+    async def delete_user(self, user_id: int) -> None:
+        """Delete a user with everything it owns (keys, registrations, profiles, targets:
+        ``ON DELETE CASCADE``); a feed nobody registers any more stays until housekeeping
+        collects it. :class:`NotFoundError` if there is no such user."""
+        async with self._tx() as conn:
+            result = await conn.execute(delete(UserRow).where(UserRow.id == user_id))
+            if not result.rowcount:
+                raise NotFoundError("user", user_id)
+
+    async def list_api_keys(self, user_id: int) -> list[ApiKey]:
+        """A user's API keys (revoked ones too), oldest first."""
+        async with self._tx() as conn:
+            rows = (
+                await conn.execute(
+                    select(ApiKeyRow).where(ApiKeyRow.user_id == user_id).order_by(ApiKeyRow.id)
+                )
+            ).all()
+        return [_api_key(row) for row in rows]
+
+    async def authenticate_key(self, api_key: str) -> ApiKey | None:
+        """The valid, unrevoked key record of ``api_key`` (with its user), else ``None``."""
+        if not api_key:
+            return None
+        async with self._tx() as conn:
+            row = (
+                await conn.execute(
+                    select(ApiKeyRow).where(
+                        ApiKeyRow.key_hash == hash_api_key(api_key), ApiKeyRow.revoked_at.is_(None)
+                    )
+                )
+            ).first()
+        return None if row is None else _api_key(row)
+
+    async def active_key_user(self, key_id: int) -> int | None:
+        """The user of API key ``key_id`` while the key is unrevoked, else ``None`` (a web
+        session holds the key's id, so revoking the key ends the session too)."""
+        async with self._tx() as conn:
+            return (
+                await conn.execute(
+                    select(ApiKeyRow.user_id).where(
+                        ApiKeyRow.id == key_id, ApiKeyRow.revoked_at.is_(None)
+                    )
+                )
+            ).scalar_one_or_none()
+
+    async def revoke_api_key_id(self, user_id: int, key_id: int) -> ApiKey:
+        """Revoke the user's key ``key_id`` (already revoked: unchanged). Another user's key
+        answers :class:`NotFoundError` exactly like a missing one."""
+        async with self._tx() as conn:
+            await conn.execute(
+                update(ApiKeyRow)
+                .where(ApiKeyRow.id == key_id, ApiKeyRow.user_id == user_id,
+                       ApiKeyRow.revoked_at.is_(None))
+                .values(revoked_at=self._clock())
+            )
+            row = (
+                await conn.execute(
+                    select(ApiKeyRow).where(ApiKeyRow.id == key_id, ApiKeyRow.user_id == user_id)
+                )
+            ).first()
+        if row is None:
+            raise NotFoundError("api key", key_id)
+        return _api_key(row)
 
     # --- feeds ----------------------------------------------------------------------
 
@@ -607,3 +678,8 @@ def feed_health_values(change: FeedUpdate) -> dict[str, Any]:
 def consecutive_errors_after(error: bool) -> Any:
     """``consecutive_errors`` after a probe: one more if it failed, else back to 0."""
     return FeedRow.consecutive_errors + 1 if error else 0
+
+
+def _api_key(row: Any) -> ApiKey:
+    return ApiKey(id=row.id, user_id=row.user_id, prefix=row.prefix, created_at=row.created_at,
+                  revoked_at=row.revoked_at)

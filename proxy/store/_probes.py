@@ -38,6 +38,7 @@ from proxy.store._models import (
 from proxy.store._profiles import ProfilesAndCeis
 from proxy.store._types import (
     CapturedEntry,
+    ChrononFigures,
     CaptureInput,
     CeiStateChange,
     Entry,
@@ -567,6 +568,42 @@ class ProbesAndMetrics(ProfilesAndCeis):
             budget_used=int(budget_row[1]),
             budget_total=int(budget_row[2]),
         )
+
+    async def recent_chronons(self, limit: int = 60) -> list[ChrononFigures]:
+        """The last ``limit`` recorded chronons, oldest first (the budget is the proxy's,
+        shared by every user: these figures name no user's objects)."""
+        if limit < 1:
+            raise ValidationError("limit must be ≥ 1")
+        async with self._tx() as conn:
+            rows = (
+                await conn.execute(
+                    select(ChrononMetricsRow).order_by(ChrononMetricsRow.chronon.desc()).limit(limit)
+                )
+            ).all()
+        return [
+            ChrononFigures(chronon=r.chronon, started_at=r.started_at, budget=r.budget, used=r.used,
+                           captured_ceis=r.captured_ceis, missed_ceis=r.missed_ceis)
+            for r in reversed(rows)
+        ]
+
+    async def resolutions(self, user_id: int) -> list[tuple[int, int, int]]:
+        """``(chronon, captured, missed)`` per chronon at which the user's CEIs were resolved,
+        oldest first: the steps of the user's completeness over time."""
+        stmt = (
+            select(CeiRow.resolved_chronon, CeiRow.state, func.count(CeiRow.id))
+            .join(ProfileRow, ProfileRow.id == CeiRow.profile_id)
+            .where(ProfileRow.user_id == user_id, CeiRow.resolved_chronon.is_not(None),
+                   CeiRow.state.in_(("captured", "missed")))
+            .group_by(CeiRow.resolved_chronon, CeiRow.state)
+            .order_by(CeiRow.resolved_chronon)
+        )
+        async with self._tx() as conn:
+            rows = (await conn.execute(stmt)).all()
+        steps: dict[int, list[int]] = {}
+        for chronon, state, n in rows:
+            step = steps.setdefault(int(cast(int, chronon)), [0, 0])
+            step[0 if state == "captured" else 1] += int(n)
+        return [(c, cap, miss) for c, (cap, miss) in steps.items()]
 
     # --- service state --------------------------------------------------------------
 

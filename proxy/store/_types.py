@@ -18,6 +18,29 @@ CEI_STATES: tuple[CeiState, ...] = ("pending", "captured", "missed")
 
 
 @dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One of a user's API keys: only its clear ``prefix`` is kept (the key itself never is)."""
+
+    id: int
+    user_id: int
+    prefix: str
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChrononFigures:
+    """One recorded chronon: probes allowed (``budget``) and spent (``used``), CEIs resolved."""
+
+    chronon: int
+    started_at: dt.datetime
+    budget: int
+    used: int
+    captured_ceis: int
+    missed_ceis: int
+
+
+@dataclass(frozen=True, slots=True)
 class User:
     """An account."""
 
