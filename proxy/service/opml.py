@@ -43,11 +43,9 @@ async def import_opml(service: ProxyService, user_id: int, document: bytes) -> l
     Raises :class:`~proxy.feeds.opml.OpmlError` (422) when the document itself cannot be
     read, and :class:`~proxy.errors.StandbyError` on a standby; nothing is registered then."""
     outlines = parse_opml(document)
-    outcomes: list[OpmlOutcome] = []
     seen: dict[str, int] = {}
-    for outline in outlines:
-        outcomes.append(await _import_one(service, user_id, outline, seen))
-    return outcomes
+    # One at a time, in order: ``seen`` and the report follow the document.
+    return [await _import_one(service, user_id, outline, seen) for outline in outlines]
 
 
 async def _import_one(

@@ -38,9 +38,9 @@ from proxy.store._models import (
 from proxy.store._profiles import ProfilesAndCeis
 from proxy.store._types import (
     CapturedEntry,
-    ChrononFigures,
     CaptureInput,
     CeiStateChange,
+    ChrononFigures,
     Entry,
     FeedUpdate,
     MetricsSummary,
