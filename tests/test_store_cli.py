@@ -84,3 +84,53 @@ def test_invalid_settings_stop_the_command(
     result = runner.invoke(app, ["db", "upgrade"])
     assert result.exit_code == 1
     assert "PROXY_BUDGET" in result.stderr
+
+
+def _key_of(result: object) -> str:
+    return result.stdout.strip().splitlines()[-1]  # type: ignore[attr-defined]
+
+
+async def _make_profile(url: str, user_id: int) -> None:
+    from proxy.store import RuleInput
+
+    async with Store.from_url(url) as store:
+        await store.create_profile(user_id, "kept", [RuleInput("r", {"watch": {}})])
+
+
+def test_users_list_rotate_delete(runner: CliRunner, database_url: str) -> None:
+    db = ["--database-url", database_url]
+    first = _key_of(runner.invoke(app, ["users", "create", "dora", *db]))
+    runner.invoke(app, ["users", "create", "ed", *db])
+
+    listed = runner.invoke(app, ["users", "list", *db])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.strip().splitlines()
+    assert [line.split("\t")[1] for line in lines] == ["dora", "ed"]
+    assert f"1 active key(s): {first[:8]}" in lines[0]
+    assert first not in listed.stdout  # only the prefix is ever shown
+
+    kept = runner.invoke(app, ["users", "rotate", "dora", "--keep-old", *db])
+    assert kept.exit_code == 0, kept.output
+    second = _key_of(kept)
+    assert asyncio.run(_authenticate(database_url, first)) is not None
+    rotated = runner.invoke(app, ["users", "rotate", "dora", *db])
+    assert "(2 old key(s) revoked)" in rotated.stdout
+    third = _key_of(rotated)
+    assert asyncio.run(_authenticate(database_url, first)) is None
+    assert asyncio.run(_authenticate(database_url, second)) is None
+    dora = asyncio.run(_authenticate(database_url, third))
+    assert dora is not None
+
+    missing = runner.invoke(app, ["users", "rotate", "nobody", *db])
+    assert missing.exit_code == 1 and "user 'nobody' not found" in missing.stderr
+
+    # A user with profiles is kept: the running service must drop them through the API.
+    asyncio.run(_make_profile(database_url, dora))
+    refused = runner.invoke(app, ["users", "delete", "dora", "--yes", *db])
+    assert refused.exit_code == 1 and "'kept'" in refused.stderr
+    assert asyncio.run(_authenticate(database_url, third)) == dora
+
+    gone = runner.invoke(app, ["users", "delete", "ed", "--yes", *db])
+    assert gone.exit_code == 0, gone.output
+    names = [line.split("\t")[1] for line in runner.invoke(app, ["users", "list", *db]).stdout.strip().splitlines()]
+    assert names == ["dora"]

@@ -11,7 +11,7 @@ so it works on a fresh checkout. Errors go to standard error with exit status 1.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -101,3 +101,101 @@ def create_user(
     typer.echo(f"created user {name!r} (id {user_id}); its API key, shown only this once:")
     # Scripts take the key from the last line: keep it alone there.
     typer.echo(api_key)
+
+
+def _run_store(url: str, work: Any) -> Any:
+    """Run ``work(store)`` on a migrated database; ProxyError → error line, exit 1."""
+    from proxy.errors import ProxyError
+    from proxy.store import Store
+    from proxy.store.migrate import upgrade_database
+
+    async def run() -> Any:
+        await upgrade_database(url)
+        async with Store.from_url(url) as store:
+            return await work(store)
+
+    try:
+        return asyncio.run(run())
+    except ProxyError as exc:
+        _fail(str(exc))
+
+
+async def _user_named(store: Any, name: str) -> Any:
+    user = await store.get_user_by_name(name)
+    if user is None:
+        from proxy.errors import NotFoundError
+
+        raise NotFoundError("user", name)
+    return user
+
+
+@users_app.command("list")
+def list_users(database_url: DatabaseUrl = None) -> None:
+    """List users: id, name, created, and their active keys by prefix."""
+    url = _database_url(database_url)
+
+    async def work(store: Any) -> list[tuple[Any, list[Any]]]:
+        return [(u, await store.list_api_keys(u.id)) for u in await store.list_users()]
+
+    rows = _run_store(url, work)
+    if not rows:
+        typer.echo("no users (create one with: proxy users create NAME)")
+    for user, keys in rows:
+        active = [k.prefix + "…" for k in keys if k.revoked_at is None]
+        typer.echo(f"{user.id}\t{user.name}\t{user.created_at:%Y-%m-%d %H:%M}Z\t"
+                   f"{len(active)} active key(s): {', '.join(active) or '-'}")
+
+
+@users_app.command("rotate")
+def rotate_user_key(
+    name: Annotated[str, typer.Argument(help="The user whose key to rotate.")],
+    keep_old: Annotated[bool, typer.Option("--keep-old", help="Do not revoke the existing keys "
+                                           "(revoke them later with DELETE /api/v1/keys/{id}).")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Give a user a new API key, printed alone on the last line; revoke its other keys
+    (unless --keep-old). Web sessions signed in with a revoked key end too."""
+    url = _database_url(database_url)
+
+    async def work(store: Any) -> tuple[str, int]:
+        user = await _user_named(store, name)
+        old = [k for k in await store.list_api_keys(user.id) if k.revoked_at is None]
+        key = await store.create_api_key(user.id)
+        if not keep_old:
+            for k in old:
+                await store.revoke_api_key_id(user.id, k.id)
+        return key, 0 if keep_old else len(old)
+
+    key, revoked = _run_store(url, work)
+    typer.echo(f"new API key for {name!r} ({revoked} old key(s) revoked), shown only this once:")
+    typer.echo(key)
+
+
+@users_app.command("delete")
+def delete_user(
+    name: Annotated[str, typer.Argument(help="The user to delete.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete a user with its keys, registrations and targets. Refused while it has profiles:
+    delete those first through the API (DELETE /api/v1/profiles/{id}), so a running service
+    drops their CEIs from its loop too."""
+    url = _database_url(database_url)
+    if not yes:
+        typer.confirm(f"delete user {name!r} and everything it owns?", abort=True)
+
+    async def work(store: Any) -> int:
+        user = await _user_named(store, name)
+        profiles = await store.list_profiles(user.id)
+        if profiles:
+            from proxy.errors import ConflictError
+
+            raise ConflictError(
+                f"user {name!r} still has {len(profiles)} profile(s) "
+                f"({', '.join(repr(p.name) for p in profiles[:5])}): delete them through the "
+                "API first (DELETE /api/v1/profiles/{id}) so the running service forgets their CEIs")
+        await store.delete_user(user.id)
+        return int(user.id)
+
+    user_id = _run_store(url, work)
+    typer.echo(f"deleted user {name!r} (id {user_id})")
