@@ -43,6 +43,7 @@ from proxy.errors import (
 from proxy.feeds import FeedUrlRefusedError
 from proxy.service import ProxyService
 from proxy.settings import Settings
+from proxy.web import install_web
 
 
 def _status_of(exc: ProxyError) -> int:
@@ -113,6 +114,7 @@ def make_app(
     app.include_router(profiles_router)
     app.include_router(notify_router)
     app.include_router(plan_router)
+    install_web(app, settings)  # the pages under /ui (issue 20)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

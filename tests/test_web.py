@@ -1,0 +1,296 @@
+"""The web interface over plain HTTP (issue 20): sign-in, session cookie, CSRF, isolation,
+the rule builder's messages, a path prefix. Both backends; the loop does not tick.
+
+The client speaks to ``https://proxy.test`` (in process): the session cookie is ``Secure``
+and an HTTP client, like a browser, sends it back only over HTTPS.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.api import make_app
+from proxy.service import ProxyService
+from tests.test_e2e_support import e2e_settings
+
+ALICE_SECRET_URL = "http://127.0.0.1:9/alice.xml?token=alice-secret"
+
+
+class Browser:
+    """An HTTP client with its own cookie jar, signed in as one user."""
+
+    def __init__(self, client: httpx.AsyncClient, key: str, prefix: str = "") -> None:
+        self.client = client
+        self.key = key
+        self.prefix = prefix
+        self.csrf = ""
+
+    async def sign_in(self, name: str = "") -> httpx.Response:
+        page = await self.client.get(f"{self.prefix}/ui")
+        token = _csrf(page.text)
+        r = await self.client.post(f"{self.prefix}/ui/sign-in", data={"csrf": token, "key": self.key, "name": name})
+        if r.status_code == 303:
+            self.csrf = _csrf((await self.client.get(f"{self.prefix}/ui/feeds")).text)
+        return r
+
+    async def post(self, path: str, data: dict[str, Any] | None = None, *, csrf: bool = True,
+                   **kw: Any) -> httpx.Response:
+        body = dict(data or {})
+        if csrf:
+            body["csrf"] = self.csrf
+        return await self.client.post(f"{self.prefix}/ui{path}", data=body, **kw)
+
+    async def get(self, path: str, **kw: Any) -> httpx.Response:
+        return await self.client.get(f"{self.prefix}/ui{path}", **kw)
+
+    def api(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html[:500]
+    return found.group(1)
+
+
+@asynccontextmanager
+async def _web(database_url: str, root_path: str = "") -> AsyncIterator[tuple[ProxyService, dict[str, Browser]]]:
+    settings = e2e_settings(database_url)
+    service = ProxyService(settings, run_loop=False, housekeeping=False)
+    await service.start()
+    try:
+        app = make_app(settings, service=service, manage_service=False)
+        browsers = {}
+        clients = []
+        for name in ("alice", "bob"):
+            _, key = await service.store.create_user(name)
+            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, root_path=root_path),
+                                       base_url="https://proxy.test")
+            clients.append(client)
+            browsers[name] = Browser(client, key, prefix=root_path)
+        try:
+            yield service, browsers
+        finally:
+            for client in clients:
+                await client.aclose()
+    finally:
+        await service.stop()
+
+
+@pytest.fixture
+async def web(database_url: str) -> AsyncIterator[tuple[ProxyService, dict[str, Browser]]]:
+    async with _web(database_url) as pair:
+        yield pair
+
+
+async def test_visitor_sees_the_sign_in_form_and_pages_redirect_to_it(web: Any) -> None:
+    _, b = web
+    alice = b["alice"]
+    r = await alice.get("")
+    assert r.status_code == 200 and 'id="sign-in"' in r.text
+    for path in ("/overview", "/profiles", "/feeds", "/feeds/1", "/profiles/1"):
+        r = await alice.get(path)
+        assert r.status_code == 303 and r.headers["location"] == "/ui", path
+    assert (await alice.get("/overview/live")).status_code == 401
+
+
+async def test_sign_in_sets_a_secure_http_only_cookie_and_sign_out_ends_it(web: Any) -> None:
+    _, b = web
+    alice = b["alice"]
+    r = await alice.sign_in(name="alice")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/overview"
+    cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("proxy_ui_session="))
+    attrs = {a.strip().lower() for a in cookie.split(";")}
+    assert {"httponly", "secure", "samesite=lax", "path=/ui"} <= attrs
+    assert alice.key not in cookie  # the cookie names the key's id, never the key
+    page = await alice.get("/overview")
+    assert page.status_code == 200 and '<strong id="user">alice</strong>' in page.text
+    assert '<strong id="policy">mrsf-p</strong>' in page.text
+
+    # Sign-out is a POST with the CSRF token; without it nothing happens.
+    assert (await alice.post("/sign-out", csrf=False)).status_code == 403
+    assert (await alice.get("/overview")).status_code == 200
+    r = await alice.post("/sign-out")
+    assert r.status_code == 303
+    assert (await alice.get("/overview")).status_code == 303
+
+
+async def test_sign_in_refuses_wrong_keys_names_and_forms_without_token(web: Any) -> None:
+    _, b = web
+    alice, bob = b["alice"], b["bob"]
+    page = await alice.get("")
+    r = await alice.client.post("/ui/sign-in", data={"key": alice.key})  # no CSRF token
+    assert r.status_code == 403 and "expired" in r.text
+    r = await alice.client.post("/ui/sign-in", data={"csrf": _csrf(page.text), "key": "nope"})
+    assert r.status_code == 401 and "Unknown or revoked API key" in r.text
+    # Bob's name with Alice's key: refused like a wrong key.
+    r = await alice.sign_in(name="bob")
+    assert r.status_code == 401
+    assert (await bob.get("/overview")).status_code == 303
+
+
+async def test_revoking_the_key_ends_the_session(web: Any) -> None:
+    _, b = web
+    alice = b["alice"]
+    assert (await alice.sign_in()).status_code == 303
+    second = (await alice.client.post("/api/v1/keys", headers=alice.api())).json()["key"]
+    assert (await alice.get("/feeds")).status_code == 200
+    await alice.client.post("/api/v1/keys", json={"revoke_current": True}, headers=alice.api())
+    assert (await alice.get("/feeds")).status_code == 303
+    alice.key = second
+    assert (await alice.sign_in()).status_code == 303
+
+
+async def test_every_form_needs_the_sessions_csrf_token(web: Any) -> None:
+    service, b = web
+    alice, bob = b["alice"], b["bob"]
+    await alice.sign_in()
+    await bob.sign_in()
+    assert alice.csrf != bob.csrf
+    forms: list[tuple[str, dict[str, Any]]] = [
+        ("/feeds", {"url": "http://127.0.0.1:9/a.xml"}),
+        ("/profiles", {"name": "p", "rules.0.name": "r"}),
+        ("/profiles/json", {"spec": "{}"}),
+        ("/feeds/1/delete", {}),
+        ("/profiles/1/delete", {}),
+        ("/profiles/1/json", {"spec": "{}"}),
+        ("/feeds/opml", {}),
+        ("/sign-out", {}),
+    ]
+    for path, data in forms:
+        r = await alice.post(path, data, csrf=False)
+        assert r.status_code == 403, path
+        assert "CSRF" in r.text
+        r = await alice.post(path, {**data, "csrf": bob.csrf}, csrf=False)  # another session's token
+        assert r.status_code == 403, path
+    assert await service.store.list_registered_feeds(1) == []
+    # With the token the same form works.
+    r = await alice.post("/feeds", {"url": "http://127.0.0.1:9/a.xml"})
+    assert r.status_code == 200 and "added" in r.text
+
+
+async def test_pages_show_only_the_signed_in_users_data(web: Any) -> None:
+    service, b = web
+    alice, bob = b["alice"], b["bob"]
+    await alice.sign_in()
+    await bob.sign_in()
+    fid = (await alice.client.post("/api/v1/feeds", json={"url": ALICE_SECRET_URL}, headers=alice.api())).json()["id"]
+    spec = {"name": "alice private profile", "rules": [{"name": "w", "watch": {"feeds": [fid], "within": "1m"}}]}
+    pid = (await alice.client.post("/api/v1/profiles", json=spec, headers=alice.api())).json()["id"]
+    # Bob registers the same URL without the token: one shared feed, his own URL.
+    await bob.client.post("/api/v1/feeds", json={"url": "http://127.0.0.1:9/alice.xml"}, headers=bob.api())
+
+    assert "alice private profile" in (await alice.get("/profiles")).text
+    assert "alice-secret" in (await alice.get("/feeds")).text
+    for path in ("/profiles", "/feeds", "/overview", "/overview/live", f"/feeds/{fid}"):
+        r = await bob.get(path)
+        assert "alice-secret" not in r.text and "alice private profile" not in r.text, path
+    r = await bob.get(f"/profiles/{pid}")
+    assert r.status_code == 404 and f"profile {pid} not found" in r.text
+    assert (await bob.post(f"/profiles/{pid}/delete")).status_code == 404
+    assert (await bob.post(f"/profiles/{pid}/json", {"spec": '{"name": "x", "rules": []}'})).status_code == 404
+    assert [p.id for p in await service.store.list_profiles(1)] == [pid]
+    r = await bob.get("/feeds/424242")
+    assert r.status_code == 404
+    r = await bob.get("/feeds/opml")
+    assert b"alice-secret" not in r.content and b"alice.xml" in r.content
+
+
+async def test_rule_builder_shows_the_apis_own_messages_next_to_the_fields(web: Any) -> None:
+    _, b = web
+    alice = b["alice"]
+    await alice.sign_in()
+    ids = [(await alice.client.post("/api/v1/feeds", json={"url": f"http://127.0.0.1:9/{n}.xml"},
+                                    headers=alice.api())).json()["id"] for n in ("t", "q")]
+    form = {"name": "built", "rules.0.name": "r", "kind": "trigger", "rules.0.trigger.feed": str(ids[0]),
+            "schedule": "every", "rules.0.trigger.every": "x3m", "rules.0.query.0.feed": str(ids[1]),
+            "rules.0.query.0.within": "10m"}
+    r = await alice.post("/profiles", form)
+    assert r.status_code == 422
+    # The API's answer to the same body, message for message.
+    api_body = {"name": "built", "rules": [{"name": "r", "trigger": {"feed": ids[0], "every": "x3m"},
+                                            "query": [{"feed": ids[1], "within": "10m"}]}]}
+    api = await alice.client.post("/api/v1/profiles", json=api_body, headers=alice.api())
+    assert api.status_code == 422
+    (detail,) = api.json()["detail"]
+    assert detail["loc"] == ["body", "rules", 0, "trigger", "every"]
+    span = re.search(r'<span class="error" data-loc="rules.0.trigger.every">([^<]*)</span>', r.text)
+    assert span, r.text
+    assert span.group(1).replace("&#39;", "'") == detail["msg"]
+    assert 'value="x3m"' in r.text  # what was typed is kept
+
+    # A query that names no life: the object's own message, at its fieldset row.
+    r = await alice.post("/profiles", {**form, "rules.0.trigger.every": "1m", "rules.0.query.0.within": "",
+                                       "rules.0.query.0.overwrite": ""})
+    assert r.status_code == 422
+    assert 'data-loc="rules.0.query.0.within"' in r.text or 'data-loc="rules.0.query.0"' in r.text
+
+    # Valid: stored and shown; the service's checks (unknown feed) come back at their field too.
+    r = await alice.post("/profiles", {**form, "rules.0.trigger.every": "1m"})
+    assert r.status_code == 303 and re.fullmatch(r"/ui/profiles/\d+", r.headers["location"])
+    profile_page = await alice.get(r.headers["location"].removeprefix("/ui"))
+    assert "Profile “built”" in profile_page.text and 'id="timeline"' in profile_page.text
+    r = await alice.post("/profiles/json", {"spec": '{"name": "j", "rules": [{"name": "r", "watch": '
+                                                   '{"feeds": [999999], "within": "1m"}}]}'})
+    assert r.status_code == 422
+    assert "rules.0.watch.feeds.0: unknown feed &#39;999999&#39;" in r.text
+    r = await alice.post("/profiles/json", {"spec": '{"name": '})
+    assert r.status_code == 422 and "json: not valid JSON" in r.text
+    r = await alice.post("/profiles", {**form, "name": "built", "rules.0.trigger.every": "1m"})
+    assert r.status_code == 422 and "already have a profile named" in r.text
+
+
+async def test_feed_add_errors_and_remove_conflict_are_explained(web: Any) -> None:
+    _, b = web
+    alice = b["alice"]
+    await alice.sign_in()
+    r = await alice.post("/feeds", {"url": "ftp://example.org/x"})
+    assert r.status_code == 422 and 'data-loc="url"' in r.text and "scheme" in r.text
+    r = await alice.post("/feeds", {"url": "http://127.0.0.1:9/a.xml"})
+    fid = int(re.search(r"Feed (\d+) added", r.text).group(1))  # type: ignore[union-attr]
+    spec = {"name": "uses it", "rules": [{"name": "w", "watch": {"feeds": [fid], "within": "1m"}}]}
+    await alice.client.post("/api/v1/profiles", json=spec, headers=alice.api())
+    r = await alice.post(f"/feeds/{fid}/delete")
+    assert r.status_code == 409 and "uses it" in r.text
+    r = await alice.get(f"/feeds/{fid}")
+    assert r.status_code == 200 and "Not probed yet" in r.text
+
+
+async def test_opml_import_and_export_in_the_ui(web: Any) -> None:
+    _, b = web
+    alice = b["alice"]
+    await alice.sign_in()
+    opml = (b'<opml version="2.0"><body><outline text="f"><outline xmlUrl="http://127.0.0.1:9/o1.xml"/>'
+            b'<outline xmlUrl="gopher://x/y"/></outline></body></opml>')
+    r = await alice.client.post("/ui/feeds/opml", data={"csrf": alice.csrf},
+                                files={"file": ("subs.opml", opml, "text/x-opml")})
+    assert r.status_code == 200, r.text
+    assert "OPML imported: 1 added, 0 known, 1 refused." in r.text
+    assert '<tr class="refused"><td>gopher://x/y</td>' in r.text
+    r = await alice.client.post("/ui/feeds/opml", data={"csrf": alice.csrf},
+                                files={"file": ("x.opml", b"<html/>", "text/html")})
+    assert r.status_code == 422 and "not &lt;opml&gt;" in r.text
+    export = await alice.get("/feeds/opml")
+    assert export.headers["content-type"].startswith("text/x-opml")
+    assert b'xmlUrl="http://127.0.0.1:9/o1.xml"' in export.content
+
+
+async def test_the_ui_works_behind_a_path_prefix(sqlite_url: str) -> None:
+    async with _web(sqlite_url, root_path="/proxy") as (_, b):
+        alice = b["alice"]
+        page = await alice.get("")
+        assert page.status_code == 200
+        assert 'action="/proxy/ui/sign-in"' in page.text
+        assert 'href="/proxy/ui/static/ui.css"' in page.text
+        r = await alice.sign_in()
+        assert r.status_code == 303 and r.headers["location"] == "/proxy/ui/overview"
+        assert "path=/proxy/ui" in r.headers["set-cookie"].lower()
+        overview = await alice.get("/overview")
+        assert overview.status_code == 200 and 'href="/proxy/ui/feeds"' in overview.text
+        assert (await alice.client.get("/proxy/ui/static/ui.js")).status_code == 200
