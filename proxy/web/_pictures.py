@@ -17,9 +17,15 @@ from proxy.store import Cei, ChrononFigures
 STATE_FILL = {"captured": "#2e7d32", "missed": "#c62828", "pending": "#9e9e9e"}
 
 _WIDTH = 920
-_LABEL = 190
+_LABEL = 250
 _LANE = 16
 _GAP = 10
+
+
+def _short(feed_id: int, name: str) -> str:
+    """``feed 12 · news.xml``: the id and the last part of the URL's path, for a lane label."""
+    tail = name.split("?")[0].rstrip("/").rsplit("/", 1)[-1][:18]
+    return f"feed {feed_id} · {tail}" if tail and tail != name else f"feed {feed_id}"
 
 
 def _ticks(lo: int, hi: int, count: int = 6) -> list[int]:
@@ -41,7 +47,7 @@ def timeline_svg(
                 'aria-label="no CEIs"><text x="10" y="25">No CEIs yet.</text></svg>')
     lo = min(ei.start for c in ceis for ei in c.eis) if any(c.eis for c in ceis) else 0
     hi = max(ei.finish + 1 for c in ceis for ei in c.eis) if any(c.eis for c in ceis) else 1
-    plot = _WIDTH - _LABEL - 10
+    plot = _WIDTH - _LABEL - 40  # room for the last tick label
     scale = plot / max(hi - lo, 1)
 
     def x(chronon: float) -> float:
@@ -56,8 +62,8 @@ def timeline_svg(
         parts.append(f'<g class="cei cei-{escape(cei.state)}" data-cei="{escape(cei.id)}">')
         parts.append(f'<rect x="2" y="{y - 2}" width="{_WIDTH - 4}" height="{height + 4}" '
                      f'fill="none" stroke="{fill}" stroke-width="1" rx="3"/>')
-        parts.append(f'<text x="8" y="{y + 12}" font-size="12" fill="{fill}">'
-                     f'{escape(cei.id[:12])} · {escape(cei.state)}</text>')
+        parts.append(f'<text x="8" y="{y + 11}" font-size="11" fill="{fill}">'
+                     f'{escape(cei.id[:14])} · {escape(cei.state)}</text>')
         for lane, ei in enumerate(cei.eis):
             top = y + lane * _LANE + 2
             name = feed_names.get(ei.feed_id, f"feed {ei.feed_id}")
@@ -67,8 +73,8 @@ def timeline_svg(
                 f'<rect class="ei ei-{escape(ei.state)}" x="{x(ei.start):.1f}" y="{top}" '
                 f'width="{width:.1f}" height="{_LANE - 4}" fill="{ei_fill}" fill-opacity="0.75">'
                 f'<title>{escape(name)}: chronons {ei.start}–{ei.finish} ({escape(ei.state)})</title></rect>')
-            parts.append(f'<text x="{x(ei.start) + 3:.1f}" y="{top + 10}" font-size="9" fill="#fff">'
-                         f'{escape(name[:40])}</text>')
+            parts.append(f'<text x="{_LABEL - 6}" y="{top + 10}" font-size="10" text-anchor="end" '
+                         f'fill="#333">{escape(_short(ei.feed_id, name))}</text>')
             if ei.captured_chronon is not None:
                 cx = x(ei.captured_chronon + 0.5)
                 parts.append(
