@@ -15,8 +15,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from proxy.errors import ValidationError
+from proxy.feeds import FeedUrlRefusedError
 from proxy.feeds.opml import OpmlFeed, parse_opml, render_opml
+from proxy.store import RegisteredFeed
 
 if TYPE_CHECKING:
     from proxy.service.service import ProxyService
@@ -37,33 +38,35 @@ class OpmlOutcome:
     reason: str | None = None
 
 
+#: URLs stored per transaction: short enough not to hold SQLite's write lock (which the
+#: chronon loop's probe writes need) for long, long enough that commits do not dominate.
+CHUNK = 500
+
+
 async def import_opml(service: ProxyService, user_id: int, document: bytes) -> list[OpmlOutcome]:
     """Register every feed outline of ``document`` for the user; one outcome per outline.
 
     Raises :class:`~proxy.feeds.opml.OpmlError` (422) when the document itself cannot be
     read, and :class:`~proxy.errors.StandbyError` on a standby; nothing is registered then."""
     outlines = parse_opml(document)
-    seen: dict[str, int] = {}
-    # One at a time, in order: ``seen`` and the report follow the document.
-    return [await _import_one(service, user_id, outline, seen) for outline in outlines]
+    outcomes: list[OpmlOutcome] = []
+    for first in range(0, len(outlines), CHUNK):
+        chunk = outlines[first:first + CHUNK]
+        wanted = [o for o in chunk if o.url]
+        results = iter(await service.register_feeds(user_id, [o.url for o in wanted]) if wanted else [])
+        outcomes.extend(
+            _outcome(outline, next(results)) if outline.url else OpmlOutcome(
+                outline.url, outline.title, "refused", reason="malformed: the outline has an empty xmlUrl")
+            for outline in chunk)
+    return outcomes
 
 
-async def _import_one(
-    service: ProxyService, user_id: int, outline: OpmlFeed, seen: dict[str, int]
-) -> OpmlOutcome:
-    url, title = outline.url, outline.title
-    if not url:
-        return OpmlOutcome(url, title, "refused", reason="malformed: the outline has an empty xmlUrl")
-    if url in seen:
-        return OpmlOutcome(url, title, "known", feed_id=seen[url])
-    try:
-        registered, created = await service.register_feed(user_id, url)
-    except ValidationError as exc:  # FeedUrlRefusedError: scheme, private address, malformed
-        reason = getattr(exc, "reason", None) or str(exc)
-        return OpmlOutcome(url, title, "refused", reason=reason)
-    feed_id = registered.feed.id
-    seen[url] = feed_id
-    return OpmlOutcome(url, title, "added" if created else "known", feed_id=feed_id)
+def _outcome(outline: OpmlFeed, result: tuple[RegisteredFeed, bool] | FeedUrlRefusedError) -> OpmlOutcome:
+    if isinstance(result, FeedUrlRefusedError):  # scheme, private address, malformed
+        return OpmlOutcome(outline.url, outline.title, "refused", reason=result.reason)
+    registered, created = result
+    return OpmlOutcome(outline.url, outline.title, "added" if created else "known",
+                       feed_id=registered.feed.id)
 
 
 async def export_opml(service: ProxyService, user_id: int, *, user_name: str) -> bytes:

@@ -38,6 +38,7 @@ from proxy.aio import cancel_and_wait
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
 from proxy.feeds import (
+    FeedUrlRefusedError,
     Fetcher,
     FetcherSettings,
     NotModified,
@@ -551,6 +552,40 @@ class ProxyService:
         if created:
             log.info("feed_registered", feed=feed.id, user=user_id)
         return registered, created
+
+    async def register_feeds(
+        self, user_id: int, urls: list[str]
+    ) -> list[tuple[RegisteredFeed, bool] | FeedUrlRefusedError]:
+        """:meth:`register_feed` of many URLs (an OPML import), in order: each URL's
+        ``(feed, created)``, or the :class:`FeedUrlRefusedError` that refused it. The SSRF
+        checks run concurrently (bounded: they may resolve host names), the accepted URLs
+        are stored in one transaction."""
+        self._require_leader()
+        gate = asyncio.Semaphore(32)
+
+        async def check(url: str) -> FeedUrlRefusedError | None:
+            async with gate:
+                try:
+                    await self.fetcher.check_url(url)
+                except FeedUrlRefusedError as exc:
+                    return exc
+                return None
+
+        refusals = await asyncio.gather(*(check(url.strip()) for url in urls))
+        accepted = [url.strip() for url, refused in zip(urls, refusals, strict=True) if refused is None]
+        stored = iter(await self.store.register_feeds_for(user_id, accepted) if accepted else [])
+        out: list[tuple[RegisteredFeed, bool] | FeedUrlRefusedError] = []
+        added = 0
+        for refused in refusals:
+            if refused is not None:
+                out.append(refused)
+                continue
+            registered, created = next(stored)
+            self.runtime.feeds.put(registered.feed)
+            added += created
+            out.append((registered, created))
+        log.info("feeds_registered", user=user_id, added=added, given=len(urls))
+        return out
 
     async def delete_feed(self, user_id: int, feed_id: int) -> None:
         """Delete the user's registration (:class:`ConflictError` while their rules read it);

@@ -243,33 +243,56 @@ class AccountsAndFeeds(StoreBase):
         for attempt in range(2):
             try:
                 async with self._tx() as conn:
-                    if (
-                        await conn.execute(select(UserRow.id).where(UserRow.id == user_id))
-                    ).first() is None:
-                        raise NotFoundError("user", user_id)
-                    feed, _ = await self._ensure_feed(conn, url, normalised)
-                    regs = cast(Table, FeedRegistrationRow.__table__)
-                    inserted = (
-                        await conn.execute(
-                            self._insert(conn, regs)
-                            .values(
-                                user_id=user_id,
-                                feed_id=feed.id,
-                                url=url,
-                                ping_token=new_ping_token(),
-                                created_at=self._clock(),
-                            )
-                            .on_conflict_do_nothing(index_elements=["user_id", "feed_id"])
-                            .returning(*_REGISTRATION_COLUMNS)
-                        )
-                    ).first()
-                    if inserted is not None:
-                        return RegisteredFeed(_registration(inserted), feed), True
-                    return await self._registered(conn, user_id, feed.id), False
+                    await self._require_user(conn, user_id)
+                    return await self._register_in(conn, user_id, url, normalised)
             except StorageError as exc:
                 if attempt or not isinstance(exc.__cause__, IntegrityError):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def register_feeds_for(
+        self, user_id: int, urls: Sequence[str]
+    ) -> list[tuple[RegisteredFeed, bool]]:
+        """:meth:`register_feed_for` of many URLs in ONE transaction (an OPML import: one
+        commit, not one per URL), in order. All or nothing: the same retry once after a
+        concurrent registration of the same URL."""
+        for attempt in range(2):
+            try:
+                async with self._tx() as conn:
+                    await self._require_user(conn, user_id)
+                    return [await self._register_in(conn, user_id, url.strip(), _normalised(url.strip()))
+                            for url in urls]
+            except StorageError as exc:
+                if attempt or not isinstance(exc.__cause__, IntegrityError):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _require_user(self, conn: AsyncConnection, user_id: int) -> None:
+        if (await conn.execute(select(UserRow.id).where(UserRow.id == user_id))).first() is None:
+            raise NotFoundError("user", user_id)
+
+    async def _register_in(
+        self, conn: AsyncConnection, user_id: int, url: str, normalised: str
+    ) -> tuple[RegisteredFeed, bool]:
+        feed, _ = await self._ensure_feed(conn, url, normalised)
+        regs = cast(Table, FeedRegistrationRow.__table__)
+        inserted = (
+            await conn.execute(
+                self._insert(conn, regs)
+                .values(
+                    user_id=user_id,
+                    feed_id=feed.id,
+                    url=url,
+                    ping_token=new_ping_token(),
+                    created_at=self._clock(),
+                )
+                .on_conflict_do_nothing(index_elements=["user_id", "feed_id"])
+                .returning(*_REGISTRATION_COLUMNS)
+            )
+        ).first()
+        if inserted is not None:
+            return RegisteredFeed(_registration(inserted), feed), True
+        return await self._registered(conn, user_id, feed.id), False
 
     async def _ensure_feed(
         self, conn: AsyncConnection, url: str, normalised: str
