@@ -123,8 +123,9 @@ def _feed_id_text(value: Any) -> Any:
 
 FeedId = Annotated[
     str,
-    BeforeValidator(_feed_id_text),
     StringConstraints(strip_whitespace=True, min_length=1, max_length=200),
+    # After the constraints, so it runs before them (and their messages stay the str ones).
+    BeforeValidator(_feed_id_text),
     WithJsonSchema(
         {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 200}, {"type": "integer"}],
          "description": "A feed's id as `POST /api/v1/feeds` returns it: the number (12) or "
