@@ -224,3 +224,27 @@ async def test_openapi_ids_are_consistent(api: Any) -> None:
     kinds = {s["type"] for s in schemas["WatchSpec"]["properties"]["feeds"]["items"]["anyOf"]}
     assert kinds == {"string", "integer"}
     assert schemas["EiOut"]["properties"]["feed"]["type"] == "integer"
+
+
+async def test_opml_import_shares_feeds_and_counts_one_feed_once(api: Any) -> None:
+    service, client, keys = api
+    before = (await client.post("/api/v1/feeds", json={"url": PUBLIC + "/old.xml"},
+                                headers=_auth(keys["alice"]))).json()
+    doc = (f'<opml version="2.0"><body><outline xmlUrl="{PUBLIC}/old.xml"/>'
+           f'<outline xmlUrl="{PUBLIC}/x.xml"/><outline xmlUrl="HTTP://93.184.216.34/x.xml"/>'
+           f'<outline xmlUrl="{PUBLIC}/y.xml"/></body></opml>').encode()
+    headers = {"Content-Type": "text/x-opml"}
+    alice = (await client.post("/api/v1/feeds/opml", content=doc, headers={**_auth(keys["alice"]), **headers})).json()
+    assert [(o["status"], o["feed_id"]) for o in alice["outlines"]][:1] == [("known", before["id"])]
+    statuses = [o["status"] for o in alice["outlines"]]
+    assert statuses == ["known", "added", "known", "added"]  # the upper-case URL is the same feed
+    assert alice["outlines"][1]["feed_id"] == alice["outlines"][2]["feed_id"]
+    # Bob's import of the same document: his own registrations over the same shared feeds.
+    bob = (await client.post("/api/v1/feeds/opml", content=doc, headers={**_auth(keys["bob"]), **headers})).json()
+    assert [o["status"] for o in bob["outlines"]] == ["added", "added", "known", "added"]
+    assert [o["feed_id"] for o in bob["outlines"]] == [o["feed_id"] for o in alice["outlines"]]
+    resources = [f.resource for f in await service.store.list_feeds()]
+    assert sorted(resources) == list(range(len(resources)))  # dense, none reused
+    # The engine knows every imported feed: a profile can name them at once.
+    spec = {"name": "p", "rules": [{"name": "w", "watch": {"feeds": [alice["outlines"][3]["feed_id"]], "within": "1m"}}]}
+    assert (await client.post("/api/v1/profiles", json=spec, headers=_auth(keys["alice"]))).status_code == 201

@@ -253,19 +253,84 @@ class AccountsAndFeeds(StoreBase):
     async def register_feeds_for(
         self, user_id: int, urls: Sequence[str]
     ) -> list[tuple[RegisteredFeed, bool]]:
-        """:meth:`register_feed_for` of many URLs in ONE transaction (an OPML import: one
-        commit, not one per URL), in order. All or nothing: the same retry once after a
-        concurrent registration of the same URL."""
+        """:meth:`register_feed_for` of many URLs (an OPML import) in ONE transaction with a
+        handful of set-wise statements, not a few per URL; results in the order given. A URL
+        whose feed came earlier in ``urls`` (same normalised form) is ``created=False``. All
+        or nothing, with the same single retry after a concurrent registration."""
+        given = [url.strip() for url in urls]
+        normals = [_normalised(url) for url in given]
         for attempt in range(2):
             try:
                 async with self._tx() as conn:
                     await self._require_user(conn, user_id)
-                    return [await self._register_in(conn, user_id, url.strip(), _normalised(url.strip()))
-                            for url in urls]
+                    feeds = await self._ensure_feeds(conn, given, normals)
+                    return await self._register_all(conn, user_id, given, [feeds[n] for n in normals])
             except StorageError as exc:
                 if attempt or not isinstance(exc.__cause__, IntegrityError):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _ensure_feeds(
+        self, conn: AsyncConnection, given: Sequence[str], normals: Sequence[str]
+    ) -> dict[str, Feed]:
+        """The feed of every normalised URL, created (with the next dense resources) if new."""
+        if conn.dialect.name == "postgresql":
+            await conn.exec_driver_sql("LOCK TABLE feeds IN SHARE ROW EXCLUSIVE MODE")  # as _ensure_feed
+        first_url = dict(zip(reversed(normals), reversed(given), strict=True))  # first given wins
+        wanted = list(dict.fromkeys(normals))
+
+        async def load() -> dict[str, Feed]:
+            found: dict[str, Feed] = {}
+            for chunk in _chunks(wanted):
+                rows = await conn.execute(select(FeedRow).where(FeedRow.url_normalised.in_(chunk)))
+                found.update((row.url_normalised, _feed(row)) for row in rows)
+            return found
+
+        feeds = await load()
+        missing = [n for n in wanted if n not in feeds]
+        if missing:
+            # A concurrent registration taking the same resource fails the UNIQUE index: retried.
+            top = (await conn.execute(select(func.coalesce(func.max(FeedRow.resource), -1)))).scalar_one()
+            now = self._clock()
+            await conn.execute(insert(FeedRow), [
+                {"url": first_url[n], "url_normalised": n, "resource": int(top) + 1 + i,
+                 "consecutive_errors": 0, "disabled": False, "created_at": now}
+                for i, n in enumerate(missing)])
+            feeds = await load()
+        return feeds
+
+    async def _register_all(
+        self, conn: AsyncConnection, user_id: int, given: Sequence[str], feeds: Sequence[Feed]
+    ) -> list[tuple[RegisteredFeed, bool]]:
+        ids = list(dict.fromkeys(f.id for f in feeds))
+
+        async def registrations() -> dict[int, Any]:
+            found: dict[int, Any] = {}
+            for chunk in _chunks(ids):
+                rows = await conn.execute(select(FeedRegistrationRow).where(
+                    FeedRegistrationRow.user_id == user_id, FeedRegistrationRow.feed_id.in_(chunk)))
+                found.update((row.feed_id, row) for row in rows)
+            return found
+
+        before = await registrations()
+        now = self._clock()
+        new: dict[int, str] = {}
+        for url, feed in zip(given, feeds, strict=True):
+            if feed.id not in before and feed.id not in new:
+                new[feed.id] = url
+        if new:
+            regs = cast(Table, FeedRegistrationRow.__table__)
+            await conn.execute(
+                self._insert(conn, regs).on_conflict_do_nothing(index_elements=["user_id", "feed_id"]),
+                [{"user_id": user_id, "feed_id": fid, "url": url, "ping_token": new_ping_token(),
+                  "created_at": now} for fid, url in new.items()])
+        after = await registrations()
+        out: list[tuple[RegisteredFeed, bool]] = []
+        for feed in feeds:
+            created = feed.id in new and feed.id not in before
+            out.append((RegisteredFeed(_registration(after[feed.id]), feed), created))
+            new.pop(feed.id, None)  # a later URL of the same feed is not "created" again
+        return out
 
     async def _require_user(self, conn: AsyncConnection, user_id: int) -> None:
         if (await conn.execute(select(UserRow.id).where(UserRow.id == user_id))).first() is None:
