@@ -19,6 +19,9 @@ def register(app: typer.Typer) -> None:
     def serve(
         host: Annotated[str | None, typer.Option(help="Bind address; overrides PROXY_HOST.")] = None,
         port: Annotated[int | None, typer.Option(help="TCP port; overrides PROXY_PORT.")] = None,
+        root_path: Annotated[str, typer.Option(
+            "--root-path", help="The path prefix a reverse proxy serves this under (e.g. /proxy): "
+                                "links of the web interface (/ui) start with it.")] = "",
     ) -> None:
         """Run the proxy: REST API, chronon loop and housekeeping (settings from PROXY_* env).
 
@@ -50,7 +53,7 @@ def register(app: typer.Typer) -> None:
         configure_logging(settings.log_level, settings.log_format)
         app_ = make_app(settings)
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    access_log=False, lifespan="on", loop=loop)
+                    access_log=False, lifespan="on", loop=loop, root_path=root_path.rstrip("/"))
 
 
 def register_demo(app: typer.Typer) -> None:
