@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -34,3 +36,41 @@ def test_serve_refuses_an_unknown_event_loop() -> None:
     result = CliRunner().invoke(app, ["serve", "--port", "1"], env={"PROXY_EVENT_LOOP": "tokio"})
     assert result.exit_code == 2
     assert "PROXY_EVENT_LOOP must be auto, uvloop or asyncio, not 'tokio'" in result.output
+
+
+@pytest.mark.slow
+async def test_serve_root_path_puts_the_prefix_in_the_web_interfaces_links(tmp_path: Path) -> None:
+    """A reverse proxy forwards ``/proxy/…`` with the prefix stripped: the service answers
+    ``/ui`` with links, form actions and cookie path under ``/proxy/ui``."""
+    import asyncio
+    import sys
+
+    import httpx
+
+    from tests.test_e2e_sigkill import _env, _free_port
+    from tests.test_e2e_support import eventually
+
+    port = _free_port()
+    env = _env(f"sqlite+aiosqlite:///{tmp_path / 'p.sqlite3'}")
+    log = tmp_path / "serve.log"
+    with log.open("ab") as sink:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "proxy.cli", "serve", "--port", str(port), "--root-path", "/proxy/",
+            env=env, stdout=sink, stderr=sink)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            async def up() -> httpx.Response | None:
+                try:
+                    return await client.get("/ui")
+                except httpx.TransportError:
+                    return None
+
+            page = await eventually(up, within=60, what="proxy serve answering /ui")
+            assert page.status_code == 200, log.read_text()
+            assert 'action="/proxy/ui/sign-in"' in page.text
+            assert 'href="/proxy/ui/static/ui.css"' in page.text
+            assert "path=/proxy/ui" in page.headers["set-cookie"].lower()
+            assert (await client.get("/ui/static/ui.js")).status_code == 200
+    finally:
+        proc.terminate()
+        await proc.wait()
