@@ -262,7 +262,12 @@ class ProfileCompletenessOut(BaseModel):
 
 
 class MetricsSummaryOut(BaseModel):
-    """Completeness = captured / (captured + missed); budget use over the last ``chronons``."""
+    """Completeness = captured / (captured + missed); budget use over the last ``chronons``.
+
+    ``fired`` counts CEIs whose rule condition held (the query EIs joined), ``not_fired``
+    those whose trigger was only checked (or is not decided yet); ``captured_fired`` the fired
+    ones captured: what a person reads as "it happened and the proxy caught it" (docs/api.md).
+    """
 
     captured: int
     missed: int
@@ -308,8 +313,13 @@ class ReadyOut(BaseModel):
 
 def ei_out(ei: Ei, start_of: Any) -> EiOut:
     return EiOut(
+    """A CEI. ``fired``: its rule's condition held on the trigger probe's new entries and the
+    query EIs joined (a watch rule's CEIs always have); ``false``: the trigger was only checked
+    (or not yet), so ``captured`` means the check was made in time, not that anything happened."""
+
         ordinal=ei.ordinal, feed=ei.feed_id, state=ei.state, start=ei.start, finish=ei.finish,
         window_start=start_of(ei.start), window_end=start_of(ei.finish + 1),
+    fired: bool
         captured_chronon=ei.captured_chronon,
         captured_at=None if ei.captured_chronon is None else start_of(ei.captured_chronon),
     )
@@ -317,7 +327,7 @@ def ei_out(ei: Ei, start_of: Any) -> EiOut:
 
 def cei_out(cei: Cei, start_of: Any) -> CeiOut:
     return CeiOut(
-        id=cei.id, state=cei.state, release=cei.release, sealed=cei.sealed,
+        id=cei.id, state=cei.state, fired=cei.fired, release=cei.release, sealed=cei.sealed,
         resolved_chronon=cei.resolved_chronon, created_at=cei.created_at, rule_id=cei.rule_id,
         eis=[ei_out(ei, start_of) for ei in cei.eis],
     )
@@ -345,6 +355,9 @@ class PlanOut(BaseModel):
     profiles: int
     rules: int
     skipped_rules: int
+    fired: int
+    not_fired: int
+    captured_fired: int
     feeds: int
     horizon: int
     """Chronons planned, from the current one."""
@@ -354,6 +367,9 @@ class PlanOut(BaseModel):
     policy: str
     target: float
     current: PlanPointOut
+    fired: int
+    not_fired: int
+    captured_fired: int
     """At the configured budget (``PROXY_BUDGET``)."""
     least: PlanPointOut | None
     """At the least budget whose expected completeness reaches ``target``; ``null`` if none up
@@ -364,3 +380,5 @@ class PlanOut(BaseModel):
     """The search's ceiling: the feeds your rules read (probing every one every chronon)."""
     seconds: float
     """Time the plan took."""
+            fired=m.fired, not_fired=m.not_fired, captured_fired=m.captured_fired,
+                    fired=p.fired, not_fired=p.not_fired, captured_fired=p.captured_fired,

@@ -521,7 +521,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
             )
             .outerjoin(CeiRow, CeiRow.profile_id == ProfileRow.id)
             .where(ProfileRow.user_id == user_id)
-            .group_by(ProfileRow.id, ProfileRow.name, CeiRow.state)
+            .group_by(ProfileRow.id, ProfileRow.name, CeiRow.state, CeiRow.fired)
             .order_by(ProfileRow.id)
         )
         recent = (
@@ -539,15 +539,22 @@ class ProbesAndMetrics(ProfilesAndCeis):
                         func.coalesce(func.sum(recent.c.used), 0),
                         func.coalesce(func.sum(recent.c.budget), 0),
                     )
+                CeiRow.fired,
                 )
             ).one()
         per: dict[int, dict[str, Any]] = {}
         for row in rows:
             item = per.setdefault(
-                row.id, {"name": row.name, "captured": 0, "missed": 0, "pending": 0}
+                row.id,
+                {"name": row.name, "captured": 0, "missed": 0, "pending": 0,
+                 "fired": 0, "not_fired": 0, "captured_fired": 0},
             )
             if row.state is not None:
-                item[row.state] = int(row.n)
+                n = int(row.n)
+                item[row.state] += n
+                item["fired" if row.fired else "not_fired"] += n
+                if row.fired and row.state == "captured":
+                    item["captured_fired"] += n
         profiles = tuple(
             ProfileCompleteness(
                 profile_id=pid,
@@ -577,6 +584,9 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 await conn.execute(select(ServiceStateRow.value).where(ServiceStateRow.key == key))
             ).first()
         return default if row is None else row.value
+                fired=item["fired"],
+                not_fired=item["not_fired"],
+                captured_fired=item["captured_fired"],
 
     async def set_state(self, key: str, value: Any) -> None:
         """Store a JSON value under ``key`` (overwrites)."""
@@ -584,6 +594,9 @@ class ProbesAndMetrics(ProfilesAndCeis):
         async with self._tx() as conn:
             stmt = self._insert(conn, ServiceStateRow).values(key=key, value=value, updated_at=now)
             await conn.execute(
+            fired=sum(p.fired for p in profiles),
+            not_fired=sum(p.not_fired for p in profiles),
+            captured_fired=sum(p.captured_fired for p in profiles),
                 stmt.on_conflict_do_update(
                     index_elements=["key"], set_={"value": value, "updated_at": now}
                 )

@@ -165,6 +165,8 @@ class Cei:
     resolved_chronon: int | None
     created_at: dt.datetime
     eis: tuple[Ei, ...]
+    fired: bool = False
+    """The rule's condition held (its query EIs joined); false: only the trigger was checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +230,9 @@ class ProfileCompleteness:
 @dataclass(frozen=True, slots=True)
 class MetricsSummary:
     """A user's completeness (overall and per profile) and the proxy's recent budget use."""
+    fired: int = 0  # CEIs whose rule condition held, in any state
+    not_fired: int = 0  # CEIs whose trigger was only checked (or never decided)
+    captured_fired: int = 0  # fired and captured: what the user asked for, delivered
 
     captured: int
     missed: int
@@ -246,6 +251,9 @@ class MetricsSummary:
     def budget_use(self) -> float | None:
         return self.budget_used / self.budget_total if self.budget_total else None
 
+    fired: int = 0
+    not_fired: int = 0
+    captured_fired: int = 0
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 
