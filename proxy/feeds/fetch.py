@@ -233,7 +233,12 @@ class GuardedResolver(AbstractResolver):
 
 
 async def check_feed_url(url: str, policy: AddressPolicy, resolver: HostResolver) -> None:
-    """:meth:`Fetcher.check_url` without a fetcher: syntax, literal address, resolved addresses."""
+    """:meth:`Fetcher.check_url` without a fetcher: syntax, literal address, resolved addresses.
+
+    A host that does not resolve (offline, a brief DNS failure) is *not* refused
+    (issue 23): the feed is registered and its probes fail with the resolver's
+    reason until it resolves; every fetch checks every resolved address anyway.
+    """
     host, port = check_url_syntax(url, policy)
     try:
         httpx.URL(url)  # what the client will parse (IDNA 2008 host encoding included)
@@ -243,8 +248,8 @@ async def check_feed_url(url: str, policy: AddressPolicy, resolver: HostResolver
         return
     try:
         addresses = await resolver.resolve(host, port)
-    except OSError as exc:
-        raise FeedUrlRefusedError(url, f"host {host!r} does not resolve ({exc})") from exc
+    except OSError:
+        return  # not resolvable now: the fetch-time check decides (and the probe says why)
     try:
         policy.check_addresses(host, addresses)
     except AddressRefusedError as exc:
@@ -349,8 +354,9 @@ class Fetcher:
     async def check_url(self, url: str) -> None:
         """Check a URL for registration: scheme, literal address, and every resolved address.
 
-        Raises :class:`FeedUrlRefusedError`; does not send any request.  The
-        check is repeated at every fetch, so a later DNS change is caught too.
+        Raises :class:`FeedUrlRefusedError`; does not send any request.  A host
+        that does not resolve now passes.  The check is repeated at every
+        fetch, so a later DNS change is caught too.
         """
         await check_feed_url(url, self._policy, self._resolver)
 

@@ -41,6 +41,7 @@ from proxy.store._types import (
     CaptureInput,
     CeiStateChange,
     Entry,
+    FeedActivity,
     FeedUpdate,
     MetricsSummary,
     NewEntry,
@@ -424,6 +425,27 @@ class ProbesAndMetrics(ProfilesAndCeis):
             ).all()
         return [_probe(row) for row in rows]
 
+    async def feed_activity(self, feed_id: int, *, recent: int = 20) -> FeedActivity:
+        """A feed's probe and entry counts, its last successful probe and its ``recent``
+        newest probes (the index on ``(feed_id, started_at)`` serves each query)."""
+        if recent < 0:
+            raise ValidationError("recent must be ≥ 0")
+        success = ProbeRow.outcome.in_(("ok", "not_modified"))
+        async with self._tx() as conn:
+            probes = (await conn.execute(
+                select(func.count()).select_from(ProbeRow).where(ProbeRow.feed_id == feed_id))).scalar_one()
+            entries = (await conn.execute(
+                select(func.count()).select_from(EntryRow).where(EntryRow.feed_id == feed_id))).scalar_one()
+            last_success = (await conn.execute(
+                select(func.max(ProbeRow.started_at)).where(ProbeRow.feed_id == feed_id, success))).scalar()
+            rows = (await conn.execute(
+                select(ProbeRow).where(ProbeRow.feed_id == feed_id)
+                .order_by(ProbeRow.started_at.desc(), ProbeRow.id.desc()).limit(recent))).all()
+        return FeedActivity(
+            probes=int(probes), entries=int(entries), last_success_at=last_success,
+            recent=tuple(_probe(row) for row in rows),
+        )
+
     async def list_entries(self, feed_id: int, *, limit: int = 50, offset: int = 0) -> list[Entry]:
         """A feed's entries, most recently first seen first."""
         async with self._tx() as conn:
@@ -517,6 +539,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 ProfileRow.id,
                 ProfileRow.name,
                 CeiRow.state,
+                CeiRow.fired,
                 func.count(CeiRow.id).label("n"),
             )
             .outerjoin(CeiRow, CeiRow.profile_id == ProfileRow.id)
@@ -539,7 +562,6 @@ class ProbesAndMetrics(ProfilesAndCeis):
                         func.coalesce(func.sum(recent.c.used), 0),
                         func.coalesce(func.sum(recent.c.budget), 0),
                     )
-                CeiRow.fired,
                 )
             ).one()
         per: dict[int, dict[str, Any]] = {}
@@ -562,6 +584,9 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 captured=item["captured"],
                 missed=item["missed"],
                 pending=item["pending"],
+                fired=item["fired"],
+                not_fired=item["not_fired"],
+                captured_fired=item["captured_fired"],
             )
             for pid, item in per.items()
         )
@@ -569,6 +594,9 @@ class ProbesAndMetrics(ProfilesAndCeis):
             captured=sum(p.captured for p in profiles),
             missed=sum(p.missed for p in profiles),
             pending=sum(p.pending for p in profiles),
+            fired=sum(p.fired for p in profiles),
+            not_fired=sum(p.not_fired for p in profiles),
+            captured_fired=sum(p.captured_fired for p in profiles),
             profiles=profiles,
             chronons=int(budget_row[0]),
             budget_used=int(budget_row[1]),
@@ -584,9 +612,6 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 await conn.execute(select(ServiceStateRow.value).where(ServiceStateRow.key == key))
             ).first()
         return default if row is None else row.value
-                fired=item["fired"],
-                not_fired=item["not_fired"],
-                captured_fired=item["captured_fired"],
 
     async def set_state(self, key: str, value: Any) -> None:
         """Store a JSON value under ``key`` (overwrites)."""
@@ -594,9 +619,6 @@ class ProbesAndMetrics(ProfilesAndCeis):
         async with self._tx() as conn:
             stmt = self._insert(conn, ServiceStateRow).values(key=key, value=value, updated_at=now)
             await conn.execute(
-            fired=sum(p.fired for p in profiles),
-            not_fired=sum(p.not_fired for p in profiles),
-            captured_fired=sum(p.captured_fired for p in profiles),
                 stmt.on_conflict_do_update(
                     index_elements=["key"], set_={"value": value, "updated_at": now}
                 )

@@ -212,6 +212,16 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedActivity:
+    """What a feed's probes say about it (issue 23, "feeds that say why")."""
+
+    probes: int  # every stored probe
+    entries: int  # every stored entry
+    last_success_at: dt.datetime | None  # the newest probe that got a document (200) or a 304
+    recent: tuple[Probe, ...]  # newest first
+
+
+@dataclass(frozen=True, slots=True)
 class ProfileCompleteness:
     """Resolved CEIs of one profile: completeness = captured / (captured + missed)."""
 
@@ -220,6 +230,9 @@ class ProfileCompleteness:
     captured: int
     missed: int
     pending: int
+    fired: int = 0  # CEIs whose rule condition held, in any state
+    not_fired: int = 0  # CEIs whose trigger was only checked (or never decided)
+    captured_fired: int = 0  # fired and captured: what the user asked for, delivered
 
     @property
     def completeness(self) -> float | None:
@@ -230,9 +243,6 @@ class ProfileCompleteness:
 @dataclass(frozen=True, slots=True)
 class MetricsSummary:
     """A user's completeness (overall and per profile) and the proxy's recent budget use."""
-    fired: int = 0  # CEIs whose rule condition held, in any state
-    not_fired: int = 0  # CEIs whose trigger was only checked (or never decided)
-    captured_fired: int = 0  # fired and captured: what the user asked for, delivered
 
     captured: int
     missed: int
@@ -241,6 +251,9 @@ class MetricsSummary:
     chronons: int  # how many recent chronons the budget figures cover
     budget_used: int
     budget_total: int
+    fired: int = 0
+    not_fired: int = 0
+    captured_fired: int = 0
 
     @property
     def completeness(self) -> float | None:
@@ -251,9 +264,6 @@ class MetricsSummary:
     def budget_use(self) -> float | None:
         return self.budget_used / self.budget_total if self.budget_total else None
 
-    fired: int = 0
-    not_fired: int = 0
-    captured_fired: int = 0
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 
