@@ -11,6 +11,7 @@ group is killed afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -72,10 +73,8 @@ def test_the_readme_walkthrough_runs_offline_and_the_rule_fires(tmp_path: Path) 
                     f"proxy.log: {log[-3000:]}")
     finally:
         # Only this test's own process group: the background farm and proxy if still alive.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     assert proc.returncode == 0, f"stdout: {out[-2000:]}\nstderr: {err[-2000:]}"
     assert "Traceback" not in out + err
     # The captured CEIs the walk-through lists include the rule's firing on the oil post...
