@@ -59,8 +59,9 @@ def register(app: typer.Typer) -> None:
 
         configure_logging(settings.log_level, settings.log_format)
         app_ = make_app(settings)
+        # log_config=None: uvicorn's records go through configure_logging's renderer (JSON when asked).
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    access_log=False, lifespan="on", loop=loop)
+                    access_log=False, lifespan="on", loop=loop, log_config=None)
 
 
 def register_demo(app: typer.Typer) -> None:
