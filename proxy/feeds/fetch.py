@@ -46,7 +46,7 @@ import aiohttp
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from proxy import __version__
+from proxy import DEFAULT_USER_AGENT
 from proxy.feeds._transport import CookielessAsyncClient, LeanAiohttpTransport
 from proxy.feeds.identity import split_new
 from proxy.feeds.parse import FeedParseError, ParsedFeed, parse_document
@@ -94,10 +94,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_USER_AGENT = (
-    f"feed-monitoring-proxy/{__version__} (RSS/Atom monitoring proxy; conditional GET; "
-    "honours Retry-After)"
-)
 # feedparser's Accept header plus JSON Feed: feed types first, anything as a last resort.
 ACCEPT = (
     "application/atom+xml,application/rss+xml,application/feed+json,"

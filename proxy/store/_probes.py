@@ -44,6 +44,7 @@ from proxy.store._types import (
     FeedActivity,
     FeedUpdate,
     MetricsSummary,
+    MetricTotals,
     NewEntry,
     Probe,
     ProbeInput,
@@ -445,6 +446,18 @@ class ProbesAndMetrics(ProfilesAndCeis):
             probes=int(probes), entries=int(entries), last_success_at=last_success,
             recent=tuple(_probe(row) for row in rows),
         )
+
+    async def metric_totals(self) -> MetricTotals:
+        """Probes by outcome, the budget sums and CEIs by state: four aggregate queries."""
+        async with self._tx() as conn:
+            probes = {str(o): int(n) for o, n in await conn.execute(
+                select(ProbeRow.outcome, func.count()).group_by(ProbeRow.outcome))}
+            used, offered = (await conn.execute(select(
+                func.coalesce(func.sum(ChrononMetricsRow.used), 0),
+                func.coalesce(func.sum(ChrononMetricsRow.budget), 0)))).one()
+            ceis = {str(s): int(n) for s, n in await conn.execute(
+                select(CeiRow.state, func.count()).group_by(CeiRow.state))}
+        return MetricTotals(probes=probes, budget_used=int(used), budget_offered=int(offered), ceis=ceis)
 
     async def list_entries(self, feed_id: int, *, limit: int = 50, offset: int = 0) -> list[Entry]:
         """A feed's entries, most recently first seen first."""

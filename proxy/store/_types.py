@@ -212,6 +212,16 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricTotals:
+    """What the database holds of the totals ``/metrics`` shows (they survive restarts)."""
+
+    probes: dict[str, int]  # stored probes by outcome (retention purges old ones)
+    budget_used: int  # probes started, summed over the recorded chronons
+    budget_offered: int  # budget, summed over the recorded chronons
+    ceis: dict[str, int]  # CEIs by state
+
+
+@dataclass(frozen=True, slots=True)
 class FeedActivity:
     """What a feed's probes say about it (issue 23, "feeds that say why")."""
 
