@@ -61,3 +61,4 @@ def test_first_ctrl_c_stops_and_keeps_what_is_done(tmp_path: Path) -> None:
     assert 1 <= len(fig7) == finished
     assert f"interrupted: kept fig6 whole; fig7: {finished} finished runs in {out / 'fig7.csv'}" in err
     assert "Traceback" not in err
+    assert "figures into" not in rest_out  # it did not go on to the end
