@@ -21,6 +21,7 @@ import pydantic
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from proxy import DEFAULT_USER_AGENT
 from proxy.errors import SettingsError
 
 __all__ = [
@@ -270,6 +271,23 @@ class Settings(BaseSettings):
         default=15.0, gt=0,
         description="Idle time after which `GET /api/v1/events` sends a keep-alive comment.",
     )
+    user_agent: str = Field(
+        default=DEFAULT_USER_AGENT,
+        min_length=1, max_length=512,
+        description=(
+            "The User-Agent of every feed request: the default names the project, its version and "
+            "URL; operators add their own contact (a URL or an e-mail address) so feed hosts can "
+            "reach them."
+        ),
+    )
+
+    @field_validator("user_agent")
+    @classmethod
+    def _header_safe(cls, value: str) -> str:
+        # RFC 9110 §5.5: a field value is visible ASCII and spaces; a newline would split headers.
+        if not value.strip() or any(not (" " <= c <= "~") for c in value):
+            raise ValueError("must be printable ASCII on one line (RFC 9110 §5.5), not empty")
+        return value.strip()
 
     @field_validator("database_url")
     @classmethod

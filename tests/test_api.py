@@ -224,7 +224,7 @@ async def test_health_ready_metrics_and_docs(api: Api) -> None:
     assert ready.status_code == 503
     assert ready.json()["database"] is True and ready.json()["ticking"] is False
     metrics = (await api.client.get("/metrics")).text
-    for name in ("proxy_probes_total", "proxy_budget_per_chronon", "proxy_ceis", "proxy_completeness",
+    for name in ("proxy_probes_total", "proxy_chronon_budget_probes", "proxy_ceis", "proxy_completeness_ratio",
                  "proxy_probe_duration_seconds_bucket", "proxy_tick_jitter_seconds_bucket",
                  "proxy_inflight_probes", "proxy_db_errors_total"):
         assert name in metrics, name

@@ -59,3 +59,23 @@ async def test_demo_shows_probes_and_ceis_and_prints_key_and_docs(tmp_path) -> N
     assert counts["captured"] >= 1
     assert counts["captured"] + counts["missed"] == len(re.findall(r"CEI r\d+:\d+ .*(captured|MISSED)$", text, re.M))
     assert (tmp_path / "demo.sqlite3").exists()
+
+
+@pytest.mark.slow
+async def test_demo_takes_a_free_port_when_its_port_is_taken(tmp_path) -> None:
+    out = io.StringIO()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            await run_demo(port=port, seconds=0.0, chronon=0.2, budget=1, policy="mrsf-p",
+                           database=tmp_path / "demo.sqlite3", seed=1, out=out)
+        finally:
+            structlog.reset_defaults()
+    text = out.getvalue()
+    moved = re.search(rf"^port {port} is taken: the demo's API listens on port (\d+) instead$", text, re.M)
+    assert moved, text
+    other = int(moved.group(1))
+    assert other != port
+    assert f"http://127.0.0.1:{other}/docs" in text

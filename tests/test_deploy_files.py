@@ -195,7 +195,7 @@ def test_every_dashboard_metric_is_exported_by_the_service() -> None:
 
 def test_dashboard_covers_what_operators_watch() -> None:
     queried = _dashboard_metric_names()
-    for needed in ("proxy_completeness", "proxy_budget_used", "proxy_probes_total",
+    for needed in ("proxy_completeness_ratio", "proxy_chronon_used_probes", "proxy_probes_total",
                    "proxy_probe_duration_seconds_bucket", "proxy_tick_jitter_seconds_bucket",
                    # issue 19: delivery outcomes, latency (resolution to 2xx), outbox backlog
                    "proxy_deliveries_total", "proxy_delivery_latency_seconds_bucket",

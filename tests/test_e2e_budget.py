@@ -67,7 +67,7 @@ async def _starved_run(database_url: str) -> None:
         assert summary["budget_used"] <= summary["budget_total"]
         m = parse_metrics((await px.client.get("/metrics")).text)
         assert m["proxy_budget_used_probes_total"] <= m["proxy_budget_offered_probes_total"]
-        assert m["proxy_budget_per_chronon"] == 1
+        assert m["proxy_chronon_budget_probes"] == 1
         assert m['proxy_ceis{state="missed"}'] >= 6
         # A missed CEI's trigger EI is missed too, and visible as such.
         missed = (await px.get(f"/api/v1/profiles/{pids[0]}/ceis", params={"state": "missed"})).json()

@@ -40,6 +40,12 @@ async def run_restart(settings: Settings) -> None:
             body = motivating(ids["mish"], ids["cnn"], ids["money"], every="1s", slack="1s",
                               within="20s")
             pid = (await px.post("/api/v1/profiles", body)).json()["id"]
+
+            # The rule's first probe sets its baseline (issue 23): publish after it.
+            async def checked() -> list[dict[str, Any]]:
+                return (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()
+
+            await eventually(checked, what="the rule's first decided CEI")
             farm.set_fault("cnn", "timeout", seconds=3600)
             farm.publish("mish", title="Oil shock", summary="oil")
 

@@ -115,6 +115,12 @@ async def test_sigkill_loses_nothing_and_the_run_goes_on(tmp_path: Path) -> None
             r = await api.post("/api/v1/profiles", json=body)
             assert r.status_code == 201, r.text
             pid = r.json()["id"]
+
+            # The rule's first probe sets its baseline (issue 23): publish after it.
+            async def checked() -> list[dict[str, Any]]:
+                return (await api.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()
+
+            await eventually(checked, within=30, what="the rule's first decided CEI")
             farm.set_fault("cnn", "timeout", seconds=3600)
             farm.publish("mish", title="Oil shock", summary="oil")
 

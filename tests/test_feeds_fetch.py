@@ -486,17 +486,20 @@ async def test_resolved_addresses_are_checked_and_connected_to() -> None:
                 for bad, word in [
                     (f"http://rebind.test:{port}/feed", "loopback"),
                     (f"http://mixed.test:{port}/feed", "private"),
-                    ("http://nowhere.test/feed", "does not resolve"),
                     ("ftp://feeds.test/feed", "scheme"),
                 ]:
                     with pytest.raises(FeedUrlRefusedError, match=word):
                         await fetcher.check_url(bad)
+                # Issue 23: a host that does not resolve (offline) is registered; its probes say why.
+                await fetcher.check_url("http://nowhere.test/feed")
+                unresolved = await fetcher.probe(FeedState("http://nowhere.test/feed"), MemoryKnownEntries(), now=NOW)
     assert isinstance(ok, Ok)
     assert isinstance(refused_dns, Refused) and "127.0.0.2" in refused_dns.reason
     assert isinstance(refused_mixed, Refused) and "10.0.0.7" in refused_mixed.reason
     assert isinstance(via_dns, Refused) and "127.0.0.2" in via_dns.reason
     assert isinstance(via_literal, Refused) and "127.0.0.2" in via_literal.reason
     assert isinstance(via_scheme, Refused) and "scheme" in via_scheme.reason
+    assert not isinstance(unresolved, Ok) and "nowhere.test" in unresolved.reason, unresolved
     assert "feeds.test" in resolver.asked and "rebind.test" in resolver.asked
 
 

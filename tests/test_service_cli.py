@@ -1,7 +1,8 @@
-"""``proxy serve``: invalid settings stop start-up with a message naming the variable."""
+"""``proxy serve``: invalid settings or a taken port stop start-up with a one-line message."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,17 @@ async def test_serve_root_path_puts_the_prefix_in_the_web_interfaces_links(tmp_p
     finally:
         proc.terminate()
         await proc.wait()
+def test_serve_on_a_taken_port_says_so_in_one_line_before_touching_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "proxy.sqlite3"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--port", str(port)],
+                                    env={"PROXY_DATABASE_URL": f"sqlite+aiosqlite:///{db}"})
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use "
+        "(another proxy running? set PROXY_PORT or --port)"
+    ]
+    assert not db.exists()  # nothing migrated, no loop started

@@ -67,6 +67,7 @@ def test_ops_become_steps_with_store_ids_and_ordinals() -> None:
 
     class E:
         title, summary, content = "Oil up", None, None
+        published = rt.clock.start_of(0)  # since the rule exists: its baseline lets it fire (issue 23)
 
     rt.engine.begin_probe(0)
     revealed = rt.apply(rt.evaluator.on_probe(0, 0, True, [E()]))

@@ -159,3 +159,22 @@ def test_configuration_doc_is_up_to_date() -> None:
     assert settings_table_markdown() in doc.read_text(encoding="utf-8"), (
         "docs/configuration.md is stale: regenerate the table with `.venv/bin/python -m proxy.settings`"
     )
+
+
+def test_user_agent_names_the_project_and_is_header_safe() -> None:
+    from proxy import PROJECT_URL, __version__
+
+    default = load_settings().user_agent
+    assert default.startswith(f"feed-monitoring-proxy/{__version__} ") and PROJECT_URL in default
+    assert load_settings(user_agent="acme-reader/2 (+mailto:ops@example.org)").user_agent == (
+        "acme-reader/2 (+mailto:ops@example.org)")
+    for bad in ("", "   ", "evil\r\nX-Injected: 1", "caf\u00e9"):
+        with pytest.raises(SettingsError, match="PROXY_USER_AGENT"):
+            load_settings(user_agent=bad)
+
+
+def test_the_fetcher_sends_the_configured_user_agent() -> None:
+    from proxy.service.service import fetcher_settings
+
+    settings = load_settings(user_agent="acme-reader/2 (+https://acme.example/bot)")
+    assert fetcher_settings(settings).user_agent == "acme-reader/2 (+https://acme.example/bot)"

@@ -35,8 +35,11 @@ async def list_feeds(service: Service, user: UserId) -> list[FeedOut]:
 
 @router.get("/{feed_id}", response_model=FeedOut)
 async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
-    """One of your feeds with its health and its learnt update model (kind, rate, next update)."""
+    """One of your feeds with its health and why: the last HTTP status, the error in words, the
+    last success, why it may not be probed before ``next_allowed_at``, its recent probes, and
+    its learnt update model (kind, rate, next update)."""
     out = FeedOut.of(await service.store.get_registered_feed(user, feed_id))
+    out = out.with_activity(await service.store.feed_activity(feed_id), service.clock.now())
     model = service.update_model(feed_id)
     if model is not None:
         out.update_model = UpdateModelOut.of(model)

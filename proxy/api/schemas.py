@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from http import HTTPStatus
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,8 +16,10 @@ from proxy.store import (
     Cei,
     Delivery,
     Ei,
+    FeedActivity,
     MetricsSummary,
     NotifyTarget,
+    Probe,
     Profile,
     RegisteredFeed,
 )
@@ -53,6 +56,64 @@ class UpdateModelOut(BaseModel):
         )
 
 
+class ProbeOut(BaseModel):
+    """One probe of the feed: when, what came of it, and why it failed in words."""
+
+    started_at: dt.datetime
+    duration_seconds: float | None
+    chronon: int | None
+    outcome: str
+    http_status: int | None
+    error: str | None
+    new_entries: int
+
+    @classmethod
+    def of(cls, p: Probe) -> ProbeOut:
+        return cls(
+            started_at=p.started_at, duration_seconds=p.duration_seconds, chronon=p.chronon,
+            outcome=p.outcome, http_status=p.http_status,
+            error=error_in_words(p.outcome, p.http_status, p.error), new_entries=p.new_entries,
+        )
+
+
+NextProbeReason = Literal["backoff", "retry_after", "cache_hint"]
+
+# Outcomes after which the fetcher backs off (docs/feeds.md): the feed failed.
+_BACKOFF_OUTCOMES = frozenset(
+    {"http_error", "network_error", "timeout", "parse_error", "too_large", "refused", "redirected"})
+
+
+def error_in_words(outcome: str, status: int | None, error: str | None) -> str | None:
+    """A probe's failure as a person reads it; ``None`` for a success."""
+    if outcome in ("ok", "not_modified"):
+        return error  # a warning about a document that was still read, if any
+    words = error
+    if status is not None and status >= 400:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "(unknown status)"
+        words = f"HTTP {status} {phrase}" + (f": {error}" if error else "")
+    if outcome == "gone":
+        words = "HTTP 410 Gone: the feed was removed for good; it is no longer probed"
+    elif outcome == "rate_limited":
+        words = (words or "rate limited") + " (the server asked to wait: Retry-After)"
+    return words or outcome.replace("_", " ")
+
+
+def next_probe_reason(
+    last_outcome: str | None, next_allowed_at: dt.datetime | None, now: dt.datetime
+) -> NextProbeReason | None:
+    """Why the feed may not be probed before ``next_allowed_at`` (``None``: nothing holds it)."""
+    if next_allowed_at is None or next_allowed_at <= now or last_outcome is None:
+        return None
+    if last_outcome == "rate_limited":
+        return "retry_after"  # RFC 9110 §10.2.3: the server's own Retry-After
+    if last_outcome in _BACKOFF_OUTCOMES:
+        return "backoff"  # exponential back-off after consecutive errors
+    return "cache_hint"  # Cache-Control max-age / Expires / RSS <ttl> of the last document
+
+
 class FeedOut(BaseModel):
     """One of your feeds: your registration (the URL as you gave it, your ping token, when you
     registered it) over the feed's shared health. ``id`` is the feed's id; ``profiles``
@@ -73,6 +134,31 @@ class FeedOut(BaseModel):
     profiles: int | None = None
     update_model: UpdateModelOut | None = None
     """Shown by ``GET /api/v1/feeds/{id}`` (one feed), not in lists."""
+    last_status: int | None = None
+    """The last probe's HTTP status (one feed only)."""
+    last_error: str | None = None
+    """Why the last probe failed, in words (one feed only; null after a success)."""
+    last_success_at: dt.datetime | None = None
+    """When a probe last got the document (200) or a 304 (one feed only)."""
+    next_probe_reason: NextProbeReason | None = None
+    """Why not before ``next_allowed_at``: ``backoff`` after errors, ``retry_after`` (the server
+    asked), ``cache_hint`` (the document's max-age / Expires / ttl); null when nothing holds it."""
+    recent_probes: list[ProbeOut] | None = None
+    """The newest probes, newest first (one feed only)."""
+
+    def with_activity(self, activity: FeedActivity, now: dt.datetime) -> FeedOut:
+        """This feed's detail: counts, last success, the last probe's status and error, why it waits."""
+        last = activity.recent[0] if activity.recent else None
+        return self.model_copy(update={
+            "probes": activity.probes,
+            "entries": activity.entries,
+            "last_status": None if last is None else last.http_status,
+            "last_error": None if last is None or last.outcome in ("ok", "not_modified")
+            else error_in_words(last.outcome, last.http_status, last.error),
+            "last_success_at": activity.last_success_at,
+            "next_probe_reason": next_probe_reason(self.last_outcome, self.next_allowed_at, now),
+            "recent_probes": [ProbeOut.of(p) for p in activity.recent],
+        })
 
     @classmethod
     def of(cls, registered: RegisteredFeed) -> FeedOut:
@@ -222,8 +308,13 @@ class EiOut(BaseModel):
 
 
 class CeiOut(BaseModel):
+    """A CEI. ``fired``: its rule's condition held on the trigger probe's new entries and the
+    query EIs joined (a watch rule's CEIs always have); ``false``: the trigger was only checked
+    (or not yet), so ``captured`` means the check was made in time, not that anything happened."""
+
     id: str
     state: Literal["pending", "captured", "missed"]
+    fired: bool
     release: int
     sealed: bool
     resolved_chronon: int | None
@@ -259,15 +350,26 @@ class ProfileCompletenessOut(BaseModel):
     missed: int
     pending: int
     completeness: float | None
+    fired: int
+    not_fired: int
+    captured_fired: int
 
 
 class MetricsSummaryOut(BaseModel):
-    """Completeness = captured / (captured + missed); budget use over the last ``chronons``."""
+    """Completeness = captured / (captured + missed); budget use over the last ``chronons``.
+
+    ``fired`` counts CEIs whose rule condition held (the query EIs joined), ``not_fired``
+    those whose trigger was only checked (or is not decided yet); ``captured_fired`` the fired
+    ones captured: what a person reads as "it happened and the proxy caught it" (docs/api.md).
+    """
 
     captured: int
     missed: int
     pending: int
     completeness: float | None
+    fired: int
+    not_fired: int
+    captured_fired: int
     profiles: list[ProfileCompletenessOut]
     chronons: int
     budget_used: int
@@ -278,10 +380,12 @@ class MetricsSummaryOut(BaseModel):
     def of(cls, m: MetricsSummary) -> MetricsSummaryOut:
         return cls(
             captured=m.captured, missed=m.missed, pending=m.pending, completeness=m.completeness,
+            fired=m.fired, not_fired=m.not_fired, captured_fired=m.captured_fired,
             profiles=[
                 ProfileCompletenessOut(
                     profile_id=p.profile_id, name=p.name, captured=p.captured, missed=p.missed,
                     pending=p.pending, completeness=p.completeness,
+                    fired=p.fired, not_fired=p.not_fired, captured_fired=p.captured_fired,
                 )
                 for p in m.profiles
             ],
@@ -317,7 +421,7 @@ def ei_out(ei: Ei, start_of: Any) -> EiOut:
 
 def cei_out(cei: Cei, start_of: Any) -> CeiOut:
     return CeiOut(
-        id=cei.id, state=cei.state, release=cei.release, sealed=cei.sealed,
+        id=cei.id, state=cei.state, fired=cei.fired, release=cei.release, sealed=cei.sealed,
         resolved_chronon=cei.resolved_chronon, created_at=cei.created_at, rule_id=cei.rule_id,
         eis=[ei_out(ei, start_of) for ei in cei.eis],
     )

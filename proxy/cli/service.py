@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
         """Run the proxy: REST API, chronon loop and housekeeping (settings from PROXY_* env).
 
         Migrates the database on start unless PROXY_MIGRATE_ON_START=false.
-        Invalid settings print the offending variable and exit with status 2.
+        Invalid settings print the offending variable and exit with status 2; a port
+        that cannot be listened on (taken, not allowed) prints one line and exits
+        with status 1 before anything else starts.
         """
         from proxy.errors import SettingsError
         from proxy.settings import load_settings
@@ -45,6 +47,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(code=2) from None
 
+        from proxy.ports import bind_problem
+
+        problem = bind_problem(settings.host, settings.port)
+        if problem is not None:
+            # Before migrating or starting the loop (issue 23): nothing happens on a taken port.
+            typer.echo(f"error: {problem} (another proxy running? set PROXY_PORT or --port)", err=True)
+            raise typer.Exit(code=1)
+
         import uvicorn
 
         from proxy.api import make_app
@@ -52,8 +62,10 @@ def register(app: typer.Typer) -> None:
 
         configure_logging(settings.log_level, settings.log_format)
         app_ = make_app(settings)
+        # log_config=None: uvicorn's records go through configure_logging's renderer (JSON when asked).
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    access_log=False, lifespan="on", loop=loop, root_path=root_path.rstrip("/"))
+                    access_log=False, lifespan="on", loop=loop, log_config=None,
+                    root_path=root_path.rstrip("/"))
 
 
 def register_demo(app: typer.Typer) -> None:
@@ -61,7 +73,7 @@ def register_demo(app: typer.Typer) -> None:
 
     @app.command()
     def demo(
-        port: Annotated[int, typer.Option(help="Port of the demo's API server.")] = 8000,
+        port: Annotated[int, typer.Option(help="Port of the demo's API server; a free one if it is taken.")] = 8000,
         seconds: Annotated[float, typer.Option(help="How long to run.")] = 45.0,
         chronon: Annotated[float, typer.Option(help="Chronon length in seconds.")] = 0.5,
         budget: Annotated[int, typer.Option(help="Probes per chronon.")] = 2,

@@ -61,6 +61,11 @@ def serve(
         int | None,
         typer.Option(help="Number of feeds (ids 0..N-1); default 100, or the trace's feeds."),
     ] = None,
+    feed: Annotated[
+        list[str] | None,
+        typer.Option(help="A feed id to serve (repeatable), e.g. --feed mish --feed cnn: "
+                          "instead of --feeds N (the README's walk-through names its feeds)."),
+    ] = None,
     entries: Annotated[int, typer.Option(help="Entries each feed shows (its last N).")] = 20,
     prefill: Annotated[
         int | None, typer.Option(help="Entries each feed has before the run; default --entries.")
@@ -130,6 +135,8 @@ def serve(
 
     if trace is not None and rate > 0:
         raise typer.BadParameter("give either --trace or --rate, not both")
+    if feed and (feeds is not None or trace is not None):
+        raise typer.BadParameter("give either --feed names or --feeds N / --trace, not both")
     unit = timedelta(seconds=trace_unit_seconds)
     feed_ids: list[str]
     schedule: list[TraceEvent] | None = None
@@ -141,6 +148,8 @@ def serve(
         if feeds is not None:
             feed_ids += [str(i) for i in range(feeds) if str(i) not in set(feed_ids)]
         schedule = [e for e in csv_trace.events if horizon is None or e.trace_time < horizon]
+    elif feed:
+        feed_ids = list(feed)
     else:
         feed_ids = [str(i) for i in range(100 if feeds is None else feeds)]
     faults = []
@@ -182,6 +191,33 @@ def serve(
     except (ValueError, LookupError) as exc:
         raise typer.BadParameter(str(exc)) from None
     run(_serve(farm, duration, skipped))
+
+
+@farm_app.command("publish")
+def publish(
+    farm_url: Annotated[str, typer.Argument(help="The farm's base URL, e.g. http://127.0.0.1:8001.")],
+    feed_id: Annotated[str, typer.Argument(help="The feed that publishes, e.g. mish.")],
+    title: Annotated[str | None, typer.Option(help="The entry's title (default: filler text).")] = None,
+    summary: Annotated[str | None, typer.Option(help="The entry's summary (default: filler text).")] = None,
+) -> None:
+    """Publish one entry on a running farm (``proxy farm serve``); prints its entry id.
+
+    The farm's vocabulary is filler with no keyword on purpose: this is how a
+    post about "oil" appears for the README's walk-through.
+    """
+    import httpx
+
+    url = f"{farm_url.rstrip('/')}/_farm/feeds/{feed_id}/publish"
+    body = {k: v for k, v in (("title", title), ("summary", summary)) if v is not None}
+    try:
+        r = httpx.post(url, json=body, timeout=10)
+    except httpx.HTTPError as exc:
+        typer.echo(f"error: no feed farm answers at {farm_url} ({exc})", err=True)
+        raise typer.Exit(code=1) from None
+    if r.status_code != 200:
+        typer.echo(f"error: the farm at {farm_url} answered {r.status_code}: {r.text.strip()}", err=True)
+        raise typer.Exit(code=1)
+    typer.echo(r.json()["entry_id"])
 
 
 async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:

@@ -46,7 +46,7 @@ import aiohttp
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from proxy import __version__
+from proxy import DEFAULT_USER_AGENT
 from proxy.feeds._transport import CookielessAsyncClient, LeanAiohttpTransport
 from proxy.feeds.identity import split_new
 from proxy.feeds.parse import FeedParseError, ParsedFeed, parse_document
@@ -94,10 +94,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_USER_AGENT = (
-    f"feed-monitoring-proxy/{__version__} (RSS/Atom monitoring proxy; conditional GET; "
-    "honours Retry-After)"
-)
 # feedparser's Accept header plus JSON Feed: feed types first, anything as a last resort.
 ACCEPT = (
     "application/atom+xml,application/rss+xml,application/feed+json,"
@@ -233,7 +229,12 @@ class GuardedResolver(AbstractResolver):
 
 
 async def check_feed_url(url: str, policy: AddressPolicy, resolver: HostResolver) -> None:
-    """:meth:`Fetcher.check_url` without a fetcher: syntax, literal address, resolved addresses."""
+    """:meth:`Fetcher.check_url` without a fetcher: syntax, literal address, resolved addresses.
+
+    A host that does not resolve (offline, a brief DNS failure) is *not* refused
+    (issue 23): the feed is registered and its probes fail with the resolver's
+    reason until it resolves; every fetch checks every resolved address anyway.
+    """
     host, port = check_url_syntax(url, policy)
     try:
         httpx.URL(url)  # what the client will parse (IDNA 2008 host encoding included)
@@ -243,8 +244,8 @@ async def check_feed_url(url: str, policy: AddressPolicy, resolver: HostResolver
         return
     try:
         addresses = await resolver.resolve(host, port)
-    except OSError as exc:
-        raise FeedUrlRefusedError(url, f"host {host!r} does not resolve ({exc})") from exc
+    except OSError:
+        return  # not resolvable now: the fetch-time check decides (and the probe says why)
     try:
         policy.check_addresses(host, addresses)
     except AddressRefusedError as exc:
@@ -349,8 +350,9 @@ class Fetcher:
     async def check_url(self, url: str) -> None:
         """Check a URL for registration: scheme, literal address, and every resolved address.
 
-        Raises :class:`FeedUrlRefusedError`; does not send any request.  The
-        check is repeated at every fetch, so a later DNS change is caught too.
+        Raises :class:`FeedUrlRefusedError`; does not send any request.  A host
+        that does not resolve now passes.  The check is repeated at every
+        fetch, so a later DNS change is caught too.
         """
         await check_feed_url(url, self._policy, self._resolver)
 

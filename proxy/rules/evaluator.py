@@ -164,6 +164,7 @@ class _TriggerRule:
     condition: _Condition | None
     queries: tuple[_Query, ...]
     period: _Period
+    backfill: int  # entries from before the rule its first probe may fire on
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,8 @@ class _TriggerState:
     last_open: int | None = None  # the chronon the last CEI opened (dedupes repeated pings)
     nth_count: int = 0
     open: dict[str, tuple[int, int]] = field(default_factory=dict)  # cei id -> trigger EI window
+    since: int | None = None  # the chronon the rule was installed in (None: unknown, no bound)
+    baselined: bool = True  # False until the first successful probe of the feed after install
 
 
 @dataclass(slots=True)
@@ -191,6 +194,7 @@ class _WatchState:
     alive: bool = True  # False once the engine missed it: keep building, emit nothing
     covered: dict[int, int] = field(default_factory=dict)  # resource -> EI start in the current CEI
     prev_last_start: int = -1  # the last EI start of the previous CEI
+    since: int | None = None  # the chronon the rule was installed in: earlier updates are not its
 
 
 _Rule = _TriggerRule | _WatchRule
@@ -252,6 +256,7 @@ class TriggerEvaluator:
         resolve_feed: Callable[[str], int] | Mapping[str, int],
         *,
         rule_ids: Sequence[str] | None = None,
+        since: int | None = None,
     ) -> list[str]:
         """Compile and install ``spec``; return its rule ids (default ``"{profile_id}/{index}"``).
 
@@ -261,11 +266,18 @@ class TriggerEvaluator:
         installed, so a failing profile leaves the evaluator unchanged. Rule ids
         must be unique among installed rules and should never be reused for a
         different rule: CEI ids are ``"{rule_id}:{seq}"``.
+
+        ``since`` is the chronon the rules come into existence (issue 23, "a
+        baseline, not a backlog"): updates dated before it are not theirs, and
+        the first successful probe of a trigger feed after it sets the rule's
+        baseline: of the new entries it finds, only those published at or after
+        ``since`` (plus the rule's ``backfill`` newest others) may fire the rule.
+        ``None`` (the default) sets no baseline: every new entry counts.
         """
         if profile_id in self._profiles:
             raise ValueError(f"profile {profile_id!r} is already installed; use replace_profile")
         compiled = self._prepare(profile_id, spec, resolve_feed, rule_ids)
-        self._install(profile_id, compiled)
+        self._install(profile_id, compiled, since)
         return [rule.rule_id for rule in compiled]
 
     def remove_profile(self, profile_id: str) -> list[Op]:
@@ -324,16 +336,18 @@ class TriggerEvaluator:
         resolve_feed: Callable[[str], int] | Mapping[str, int],
         *,
         rule_ids: Sequence[str] | None = None,
+        since: int | None = None,
     ) -> tuple[list[str], list[Op]]:
         """Remove then add; a rule id present before and after continues its CEI sequence.
 
         Runtime state (counters, schedules) starts afresh: the rule may have
-        changed. If the new spec fails to compile the old profile stays installed.
+        changed, and so does its baseline (``since``, as in :meth:`add_profile`).
+        If the new spec fails to compile the old profile stays installed.
         Returns the new rule ids and the ops sealing the old profile's open CEIs.
         """
         compiled = self._prepare(profile_id, spec, resolve_feed, rule_ids, replacing=True)
         ops = self.remove_profile(profile_id) if profile_id in self._profiles else []
-        self._install(profile_id, compiled)
+        self._install(profile_id, compiled, since)
         return [rule.rule_id for rule in compiled], ops
 
     def _prepare(
@@ -358,7 +372,7 @@ class TriggerEvaluator:
             for i, (rule_id, rule) in enumerate(zip(ids, spec.rules, strict=True))
         ]
 
-    def _install(self, profile_id: str, compiled: list[_Rule]) -> None:
+    def _install(self, profile_id: str, compiled: list[_Rule], since: int | None) -> None:
         self._profiles[profile_id] = [rule.rule_id for rule in compiled]
         for rule in compiled:
             self._rules[rule.rule_id] = rule
@@ -366,12 +380,13 @@ class TriggerEvaluator:
             self._counter += 1
             seq = self._retired_seq.pop(rule.rule_id, 0)
             if isinstance(rule, _TriggerRule):
-                self._trigger_state[rule.rule_id] = _TriggerState(seq=seq)
+                self._trigger_state[rule.rule_id] = _TriggerState(
+                    seq=seq, since=since, baselined=since is None)
                 if rule.mode != "notify":
                     self._unanchored[rule.rule_id] = None
                 feeds: tuple[int, ...] = (rule.resource,)
             else:
-                self._watch_state[rule.rule_id] = _WatchState(seq=seq)
+                self._watch_state[rule.rule_id] = _WatchState(seq=seq, since=since)
                 feeds = rule.resources
             for r in feeds:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
@@ -480,6 +495,7 @@ class TriggerEvaluator:
                 for j, q in enumerate(rule.query)
             ),
             period=period,
+            backfill=trigger.backfill or 0,
         )
 
     # ------------------------------------------------------------------ events
@@ -571,6 +587,8 @@ class TriggerEvaluator:
                 self.updates.observe(resource, u)  # the model counts a pinged update once
             for rule_id in self._by_resource.get(resource, ()):
                 pinged = self._pinged.get(rule_id, {}).get(resource)
+                if self._before_rule(rule_id, u):
+                    continue  # an update from before the rule existed is not the rule's
                 if pinged is None or not a < pinged <= b:  # a ping already told this rule
                     ops.extend(self._rule_update(rule_id, resource, u))
         prepared: list[_Prepared] | None = None
@@ -579,13 +597,21 @@ class TriggerEvaluator:
             if not isinstance(rule, _TriggerRule):
                 continue
             state = self._trigger_state[rule_id]
+            baseline: list[_Prepared] | None = None
+            if not state.baselined:
+                # Issue 23: this probe sets the rule's baseline; the backlog does not fire it.
+                baseline = [_Prepared(e) for e in self._after_baseline(rule, state, new_entries)]
+                state.baselined = True
+                self._dirty.add(rule_id)
             due = [c for c, (s, f) in state.open.items() if s <= started_chronon <= f]
             counting = rule.condition is not None and rule.condition.every_nth is not None
             if not due and not counting:
                 continue  # nothing to decide: spare the matching
-            if prepared is None:
+            if baseline is None and prepared is None:
                 prepared = [_Prepared(e) for e in new_entries]
-            fired = self._condition_holds(rule, state, prepared)
+            entries = baseline if baseline is not None else prepared
+            assert entries is not None
+            fired = self._condition_holds(rule, state, entries)
             for cei_id in due:
                 del state.open[cei_id]
                 self._open_index.pop(cei_id, None)
@@ -682,6 +708,8 @@ class TriggerEvaluator:
                 "nth_count": ts.nth_count,
                 "open": [[cei, s, f] for cei, (s, f) in ts.open.items()],
                 "updates": self.updates.snapshot(overwrite),
+                "since": ts.since,
+                "baselined": ts.baselined,
             }
         ws = self._watch_state[rule_id]
         return {
@@ -692,6 +720,7 @@ class TriggerEvaluator:
             "alive": ws.alive,
             "covered": [[r, s] for r, s in ws.covered.items()],
             "prev_last_start": ws.prev_last_start,
+            "since": ws.since,
         }
 
     def restore_state(self, rule_id: str, data: Mapping[str, Any]) -> None:
@@ -713,6 +742,9 @@ class TriggerEvaluator:
                     last_open=_opt_int(data["last_open"]),
                     nth_count=int(data["nth_count"]),
                     open={str(c): (int(s), int(f)) for c, s, f in data["open"]},
+                    # States saved before issue 23 have neither: no bound, baseline taken.
+                    since=_opt_int(data.get("since")),
+                    baselined=bool(data.get("baselined", True)),
                 )
                 updates = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("updates", {}).items()}
                 for cei_id in self._trigger_state[rule_id].open:
@@ -738,6 +770,7 @@ class TriggerEvaluator:
                     alive=bool(data["alive"]),
                     covered={int(r): int(s) for r, s in data["covered"]},
                     prev_last_start=int(data["prev_last_start"]),
+                    since=_opt_int(data.get("since")),
                 )
                 self._wait([r for r in oldw.covered if r not in ws.covered], +1)
                 self._wait([r for r in ws.covered if r not in oldw.covered], -1)
@@ -759,6 +792,34 @@ class TriggerEvaluator:
         return sorted(self._open_index)
 
     # ------------------------------------------------------------------ internals
+
+    def _before_rule(self, rule_id: str, t: int) -> bool:
+        """Whether chronon ``t`` is before ``rule_id`` was installed (when that is known)."""
+        state = self._trigger_state.get(rule_id) or self._watch_state.get(rule_id)
+        since = None if state is None else state.since
+        return since is not None and t < since
+
+    def _after_baseline(
+        self, rule: _TriggerRule, state: _TriggerState, entries: Sequence[EntryLike]
+    ) -> list[EntryLike]:
+        """The entries of a rule's baseline probe that may fire it.
+
+        Those published in or after the chronon the rule was installed in, and
+        the rule's ``backfill`` newest of the others (undated entries count as
+        the oldest: nothing says they are recent).
+        """
+        since = state.since
+        if since is None:
+            return list(entries)
+        fresh: list[EntryLike] = []
+        old: list[EntryLike] = []
+        for e in entries:
+            (fresh if e.published is not None and self.clock.chronon_at(e.published) >= since else old).append(e)
+        if rule.backfill and old:
+            dated = sorted((e for e in old if e.published is not None), key=lambda e: e.published, reverse=True)  # type: ignore[arg-type,return-value]
+            undated = [e for e in old if e.published is None]
+            fresh.extend((dated + undated)[: rule.backfill])
+        return fresh
 
     def _next_id(self, rule_id: str, seq: int) -> str:
         return f"{rule_id}:{seq}"
@@ -850,7 +911,7 @@ class TriggerEvaluator:
             state.cei_id = self._next_id(rule.rule_id, state.seq)
             state.seq += 1
             state.alive = True
-            ops.append(OpenCei(state.cei_id, rule.profile_id, rule.rule_id, (ei,), sealed=complete))
+            ops.append(OpenCei(state.cei_id, rule.profile_id, rule.rule_id, (ei,), sealed=complete, fired=True))
             if not complete:
                 self._open_index[state.cei_id] = rule.rule_id
         elif state.alive:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -69,6 +69,10 @@ class OpenCei:
     rule_id: str
     eis: tuple[tuple[int, int, int], ...]  # (resource, start, finish)
     sealed: bool
+    # Whether the CEI already counts as fired (its rule's condition held): a watch CEI's
+    # EIs are updates, so it has; a trigger CEI fires when its query EIs join (issue 23).
+    # Not part of equality: it is bookkeeping for the store, not an engine operation.
+    fired: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

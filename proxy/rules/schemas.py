@@ -170,7 +170,9 @@ class TriggerSpec(_Spec):
     ``slack`` is how long after the opening the probe may happen (the EI is
     ``[t, t + slack]``); it defaults to one chronon. ``on: "update"`` and
     ``on: "ping"`` are synonyms: open at each update notification of the feed.
-    ``timezone`` only affects ``cron``.
+    ``timezone`` only affects ``cron``. ``backfill`` N lets the first probe after the
+    rule was created fire it on the N newest entries published before then; without
+    it that probe only sets the rule's baseline (entries already there never fire it).
     """
 
     feed: FeedId
@@ -180,6 +182,9 @@ class TriggerSpec(_Spec):
     timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
     on: Literal["update", "ping"] | None = None
     when: ConditionSpec | None = None
+    backfill: int | None = Field(default=None, ge=0, le=1000)
+    """How many entries published before the rule existed its first probe may fire it on
+    (the newest ones); by default none: the first probe sets a baseline (issue 23)."""
 
     @model_validator(mode="after")
     def _one_schedule(self) -> TriggerSpec:

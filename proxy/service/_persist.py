@@ -50,6 +50,7 @@ class AddCei:
     release: int
     eis: tuple[NewEi, ...]
     sealed: bool
+    fired: bool = False  # a watch rule's CEI opens fired; a trigger rule's when its query EIs join
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +296,8 @@ class Writer:
         elif isinstance(step, OpenCeis):
             try:
                 ids = await store.add_ceis([
-                    (c.cei_id, c.profile_id, c.rule_id, c.release, c.sealed, c.eis) for c in step.ceis])
+                    (c.cei_id, c.profile_id, c.rule_id, c.release, c.sealed, c.eis) for c in step.ceis],
+                    fired=[c.cei_id for c in step.ceis if c.fired])
             except ConflictError:
                 # One refused CEI (its id written before a crash) must not lose the others.
                 for c in step.ceis:
@@ -305,7 +307,7 @@ class Writer:
         elif isinstance(step, AddCei):
             cei = await store.add_cei(
                 step.cei_id, step.profile_id, step.release, step.eis,
-                rule_id=step.rule_id, sealed=step.sealed,
+                rule_id=step.rule_id, sealed=step.sealed, fired=step.fired,
             )
             self.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
         elif isinstance(step, AddEi):

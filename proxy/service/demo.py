@@ -27,6 +27,7 @@ import uvicorn
 
 from proxy.api import make_app
 from proxy.farm import FeedFarm
+from proxy.ports import listen_socket
 from proxy.service import ProxyService
 from proxy.settings import load_settings
 
@@ -114,6 +115,11 @@ async def run_demo(*, port: int, seconds: float, chronon: float, budget: int, po
                    database: Path | None, seed: int, out: TextIO = sys.stdout) -> dict[str, int]:
     """Run the whole demo for ``seconds``; returns the printed counts (probes, captured, missed)."""
     printer = DemoPrinter(out=out)
+    # Bind first (issue 23): when the port is taken (`make run` holds 8000), take a free one and say so.
+    sock, moved = listen_socket("127.0.0.1", port)
+    if moved:
+        wanted, port = port, int(sock.getsockname()[1])
+        print(f"port {wanted} is taken: the demo's API listens on port {port} instead", file=out, flush=True)
     _configure_printer(printer)
     tmp = tempfile.TemporaryDirectory(prefix="proxy-demo-")
     db_path = database or Path(tmp.name) / "demo.sqlite3"
@@ -136,7 +142,7 @@ async def run_demo(*, port: int, seconds: float, chronon: float, budget: int, po
             app = make_app(settings, service=service)
             server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                                    access_log=False, lifespan="on"))
-            serve_task = asyncio.create_task(server.serve())
+            serve_task = asyncio.create_task(server.serve(sockets=[sock]))
             while not server.started:
                 if serve_task.done():
                     serve_task.result()  # raises the start-up error (port in use …)
@@ -192,6 +198,7 @@ async def run_demo(*, port: int, seconds: float, chronon: float, budget: int, po
             server.should_exit = True
             await serve_task
     finally:
+        sock.close()
         tmp.cleanup()
     print(f"\n{printer.counts['probes']} probes, {printer.counts['captured']} CEIs captured, "
           f"{printer.counts['missed']} missed.", file=out)

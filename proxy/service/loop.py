@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 import structlog
 
 from proxy.core.discovery import CaptureExplore
-from proxy.core.engine import CeiState
 from proxy.core.policies import Policy
 from proxy.errors import StorageError
 from proxy.feeds import (
@@ -173,12 +172,7 @@ class ChrononLoop:
         m.budget_used_total.inc(len(chosen))
         m.background_total.inc(len(background))
         m.budget_offered_total.inc(self.budget)
-        counts = rt.engine.counts()
-        for state, n in counts.items():
-            m.ceis.labels(state=state.value).set(n)
-        captured, missed = counts[CeiState.CAPTURED], counts[CeiState.MISSED]
-        if captured + missed:
-            m.completeness.set(captured / (captured + missed))
+        m.show_ceis({state.value: n for state, n in rt.engine.counts().items()})
         self.last_tick = time.monotonic()
         self.ticks += 1
         return chosen

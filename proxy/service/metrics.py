@@ -4,13 +4,38 @@ The names here are a contract: the Grafana dashboard in ``deploy/grafana`` and
 the docs query them, and ``tests/test_deploy_files.py`` checks that every
 metric the dashboard uses is defined here.  Each service instance owns its own
 registry so that several apps can live in one process (tests).
+
+Names follow Prometheus' conventions (issue 23): a unit suffix in the plural
+base unit (``_seconds``, ``_probes``), ``_ratio`` for a share, ``_total`` for
+counters; ``proxy_build_info`` and the ``process_*`` / ``python_*`` collectors
+come with every registry; no ``_created`` series (they double the series count
+and no dashboard reads them). Totals a user reads as totals (probes by outcome,
+budget used and offered, CEIs captured and missed) start from what the database
+holds when the process takes the loop (:meth:`ServiceMetrics.restore_totals`),
+so a restart does not zero them.
 """
 
 from __future__ import annotations
 
+import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+
+from proxy import __version__
+
+# The `_created` series of every counter and histogram: process-global in prometheus_client.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
 
 PROBE_OUTCOMES = (
     "ok", "not_modified", "redirected", "gone", "rate_limited", "timeout",
@@ -27,13 +52,22 @@ class ServiceMetrics:
     """All collectors of one service instance, registered in ``registry``."""
 
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+    # CEIs resolved before this process took the loop (from the database): the engine counts
+    # only its own, the gauges show both (restore_totals).
+    resolved_before: dict[str, int] = field(default_factory=dict)
+    _totals_restored: bool = False
 
     def __post_init__(self) -> None:
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Info("proxy_build", "The proxy's version and the Python it runs on.", registry=r).info(
+            {"version": __version__, "python": platform.python_version()})
         self.probes = Counter("proxy_probes", "Probes finished, by outcome.", ["outcome"], registry=r)
-        self.budget = Gauge("proxy_budget_per_chronon", "Probe budget C_t of the current chronon.", registry=r)
+        self.budget = Gauge(
+            "proxy_chronon_budget_probes", "Probe budget C_t of the current chronon, in probes.", registry=r)
         self.budget_used = Gauge(
-            "proxy_budget_used", "Probes started in the last completed chronon.", registry=r)
+            "proxy_chronon_used_probes", "Probes started in the last completed chronon.", registry=r)
         self.budget_used_total = Counter(
             "proxy_budget_used_probes", "Probes started, over all chronons.", registry=r)
         self.background_total = Counter(
@@ -46,7 +80,7 @@ class ServiceMetrics:
             "proxy_budget_offered_probes", "Budget offered, summed over chronons.", registry=r)
         self.ceis = Gauge("proxy_ceis", "CEIs by state.", ["state"], registry=r)
         self.completeness = Gauge(
-            "proxy_completeness", "Captured CEIs / resolved (captured + missed) CEIs.", registry=r)
+            "proxy_completeness_ratio", "Captured CEIs / resolved (captured + missed) CEIs.", registry=r)
         self.probe_duration = Histogram(
             "proxy_probe_duration_seconds", "Wall time of one probe (fetch + parse).",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
@@ -84,6 +118,42 @@ class ServiceMetrics:
             self.ceis.labels(state=state)
         for outcome in DELIVERY_OUTCOMES:
             self.deliveries.labels(outcome=outcome)
+
+    def restore_totals(
+        self,
+        probes: Mapping[str, int],
+        budget_used: int,
+        budget_offered: int,
+        ceis: Mapping[str, int],
+    ) -> None:
+        """Start the totals from the database's (once per process: counters only go up).
+
+        ``probes`` by outcome and the budget sums go into the counters; resolved
+        ``ceis`` by state become the base the CEI gauges and completeness add the
+        engine's counts to. A second call (the lease lost and won again) changes
+        nothing: this process's counters already hold what it did.
+        """
+        if self._totals_restored:
+            return
+        self._totals_restored = True
+        for outcome, n in probes.items():
+            if n > 0:
+                self.probes.labels(outcome=outcome).inc(n)
+        if budget_used > 0:
+            self.budget_used_total.inc(budget_used)
+        if budget_offered > 0:
+            self.budget_offered_total.inc(budget_offered)
+        self.resolved_before = {s: n for s, n in ceis.items() if s != "pending"}
+        self.show_ceis({})
+
+    def show_ceis(self, engine_counts: Mapping[str, int]) -> None:
+        """Set the CEI gauges and completeness: the database's resolved CEIs plus the engine's."""
+        total = {s: engine_counts.get(s, 0) + self.resolved_before.get(s, 0) for s in CEI_STATES}
+        for state, n in total.items():
+            self.ceis.labels(state=state).set(n)
+        resolved = total["captured"] + total["missed"]
+        if resolved:
+            self.completeness.set(total["captured"] / resolved)
 
     def exported_names(self) -> set[str]:
         """Every sample name this registry exposes (``_total``, ``_bucket`` … included)."""

@@ -124,10 +124,12 @@ class Runtime:
         keys = [rule_key(rule.id) for rule in profile.rules]
         pid = str(profile.id)
         if pid in self.installed:
-            _, ops = self.evaluator.replace_profile(pid, spec, self.feeds.resource_of, rule_ids=keys)
+            _, ops = self.evaluator.replace_profile(
+                pid, spec, self.feeds.resource_of, rule_ids=keys, since=self.engine.now)
             steps = self.apply(ops)
         else:
-            self.evaluator.add_profile(pid, spec, self.feeds.resource_of, rule_ids=keys)
+            # New rules take a baseline from now (issue 23); a restart restores theirs below.
+            self.evaluator.add_profile(pid, spec, self.feeds.resource_of, rule_ids=keys, since=self.engine.now)
             self.installed.add(pid)
             steps = []
         if restore_states:
@@ -172,7 +174,7 @@ class Runtime:
                         NewEi(i, feeds.by_resource[r].id, s, f) for i, (r, s, f) in enumerate(op.eis)
                     )
                     steps.append(AddCei(op.cei_id, int(op.profile_id), rule_db_id(op.rule_id),
-                                        engine.now, eis, op.sealed))
+                                        engine.now, eis, op.sealed, op.fired))
                 elif isinstance(op, RevealEi):
                     ordinal = engine.reveal_ei(op.cei_id, op.resource, op.start, op.finish, seal=op.seal)
                     ei = NewEi(ordinal, feeds.by_resource[op.resource].id, op.start, op.finish,

@@ -121,6 +121,7 @@ def fetcher_settings(settings: Settings) -> FetcherSettings:
         per_host_concurrency=settings.per_host_concurrency,
         per_host_min_delay=settings.per_host_min_delay_seconds,
         respect_cache_hints=settings.respect_cache_hints,
+        user_agent=settings.user_agent,
     )
 
 
@@ -359,6 +360,9 @@ class ProxyService:
         now = clock.current() if last is None else max(clock.current(), last + 1)
         self.first_chronon = now
         steps = runtime.restore(await store.all_profiles(), pending, now)
+        totals = await store.metric_totals()
+        # Issue 23: the totals users read as totals start from the database's, not from zero.
+        self.metrics.restore_totals(totals.probes, totals.budget_used, totals.budget_offered, totals.ceis)
         # The restored rules, specs and engine columns live as long as the process: move them
         # out of the cyclic GC's scans, whose full passes over 100,000 profiles' objects
         # otherwise stall the loop for hundreds of milliseconds (docs/bench-service.md).

@@ -318,15 +318,19 @@ def experiments(
     optimal: Annotated[bool, typer.Option("--optimal", help="Add the exact optimum to every completeness figure (Figure 7 always has it).")] = False,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="Seconds per optimum solve (W=0 instances of rank >= 3 rarely finish; the bound is kept).")] = 30.0,
 ) -> None:
-    """Reproduce the main paper's Figures 6-11 as CSV + PNG (Figure 8: runtime per EI)."""
+    """Reproduce the main paper's Figures 6-11 as CSV + PNG (Figure 8: runtime per EI).
+
+    A progress bar on a terminal, a line per finished run otherwise. The first
+    Ctrl-C stops at once (exit status 130) keeping the figures written and the
+    finished runs of the current one in its CSV.
+    """
     from tqdm import tqdm
 
+    from proxy.sim._interruptible import run_experiments
     from proxy.sim.experiments import (
         FIGURES,
         RUNTIME_PANELS,
         figure_names,
-        run_figure,
-        run_runtime_panel,
         runs_of,
         runtime_runs_of,
     )
@@ -340,19 +344,36 @@ def experiments(
     figs = [f for f in FIGURES if f.name in wanted]
     panels = [p for p in RUNTIME_PANELS if p.name in wanted]
     total = sum(runs_of(f, seeds, optimal) for f in figs) + sum(runtime_runs_of(p, seeds) for p in panels)
+    names = [name for name in figure_names() if name in wanted]
+    # A bar on a terminal; elsewhere (logs, pipes) a line per finished run instead.
+    lines = not sys.stderr.isatty()
+    done = 0
     with tqdm(total=total, desc="experiments", unit="run", disable=None, file=sys.stderr) as bar:
-        for name in figure_names():
-            if name not in wanted:
-                continue
-            fig = next((f for f in figs if f.name == name), None)
-            if fig is not None:
-                csv_path, png_path = run_figure(fig, out, list(range(seeds)), with_optimal=optimal,
-                                                time_limit=time_limit, on_run=bar.update)
-            else:
-                panel = next(p for p in panels if p.name == name)
-                csv_path, png_path = run_runtime_panel(panel, out, list(range(seeds)),
-                                                       time_limit=time_limit, on_run=bar.update)
+
+        def on_row(name: str, row: object) -> None:
+            nonlocal done
+            done += 1
+            bar.update()
+            if lines:
+                policy = getattr(row, "policy", None) or (row.get("policy") if isinstance(row, dict) else "")
+                seed = getattr(row, "seed", None) if not isinstance(row, dict) else row.get("seed")
+                print(f"experiments: run {done}/{total}: {name} {policy} seed {seed}", file=sys.stderr,
+                      flush=True)
+
+        def on_written(name: str, csv_path: Path, png_path: Path) -> None:
             tqdm.write(f"{name}: wrote {csv_path} and {png_path}", file=sys.stderr)
+
+        try:
+            outcome = run_experiments(names, out, list(range(seeds)), optimal=optimal,
+                                      time_limit=time_limit, on_row=on_row, on_written=on_written)
+        except RuntimeError as exc:
+            raise _fail(str(exc)) from None
+    if outcome.interrupted is not None:
+        kept = ", ".join(name for name, _, _ in outcome.written) or "no figure"
+        partial = (f"{outcome.interrupted}: {outcome.partial_rows} finished runs in {outcome.partial_csv} "
+                   "(no PNG)" if outcome.partial_csv is not None else f"{outcome.interrupted}: no run finished")
+        typer.echo(f"interrupted: kept {kept} whole; {partial}", err=True)
+        raise typer.Exit(code=130)  # 128 + SIGINT, as a shell reports it
     typer.echo(f"wrote {len(figs) + len(panels)} figures into {out}")
 
 

@@ -144,8 +144,11 @@ def run_runtime_panel(
     *,
     time_limit: float | None = None,
     on_run: Callable[[], None] | None = None,
+    on_row: Callable[[dict[str, object]], None] | None = None,
 ) -> tuple[Path, Path]:
     """Time each policy on ``panel``'s workloads; write ``<name>.csv`` and ``<name>.png``.
+
+    ``on_row`` receives each CSV row as it is made (:func:`write_runtime_csv`).
 
     Runtime per EI (``us_per_ei``) is the policy's CPU time (generation
     excluded) over the number of EIs in the workload, the paper's "EI
@@ -180,16 +183,25 @@ def run_runtime_panel(
                     "wall_us_per_ei": f"{1e6 * res.runtime_s / eis if eis else 0.0:.4f}",
                     "status": str(res.extra.get("status", "")),
                 })
+                if on_row:
+                    on_row(rows[-1])
                 if on_run:
                     on_run()
+    csv_path = write_runtime_csv(panel, rows, out_dir)
+    png_path = out_dir / f"{panel.name}.png"
+    _plot_runtime(panel, rows, png_path)
+    return csv_path, png_path
+
+
+def write_runtime_csv(panel: RuntimePanel, rows: Sequence[dict[str, object]], out_dir: Path) -> Path:
+    """``<name>.csv`` of a runtime panel's rows (all of them, or those done before a Ctrl-C)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / f"{panel.name}.csv"
     with csv_path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=RUNTIME_HEADER)
         w.writeheader()
         w.writerows(rows)
-    png_path = out_dir / f"{panel.name}.png"
-    _plot_runtime(panel, rows, png_path)
-    return csv_path, png_path
+    return csv_path
 
 
 def runtime_runs_of(panel: RuntimePanel, seeds: int) -> int:
@@ -241,12 +253,24 @@ def run_figure(
     with_optimal: bool = False,
     time_limit: float | None = None,
     on_run: Callable[[], None] | None = None,
+    on_row: Callable[[SweepRow], None] | None = None,
 ) -> tuple[Path, Path]:
-    """Run ``fig``'s sweep and write ``<name>.csv`` and ``<name>.png`` into ``out_dir``."""
+    """Run ``fig``'s sweep and write ``<name>.csv`` and ``<name>.png`` into ``out_dir``.
+
+    ``on_row`` receives each row as it is made (:func:`write_figure_csv`)."""
     rows = run_sweep(
         fig.base, {fig.vary: list(fig.values)}, seeds, fig.policies,
         with_optimal=fig.optimal or with_optimal, time_limit=time_limit, on_run=on_run,
+        on_row=on_row,
     )
+    csv_path = write_figure_csv(fig, rows, out_dir)
+    png_path = out_dir / f"{fig.name}.png"
+    _plot(fig, rows, png_path)
+    return csv_path, png_path
+
+
+def write_figure_csv(fig: Figure, rows: Sequence[SweepRow], out_dir: Path) -> Path:
+    """``<name>.csv`` of a figure's rows (all of them, or those done before a Ctrl-C)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / f"{fig.name}.csv"
     with csv_path.open("w", newline="", encoding="utf-8") as fh:
@@ -257,9 +281,7 @@ def run_figure(
             w.writerow([r.point[0][1], r.seed, r.policy, r.captured, r.total, f"{r.completeness:.6f}",
                         "" if r.share_of_optimum is None else f"{r.share_of_optimum:.6f}",
                         f"{r.runtime_s:.6f}", r.status, "" if r.bound is None else f"{r.bound:.6f}"])
-    png_path = out_dir / f"{fig.name}.png"
-    _plot(fig, rows, png_path)
-    return csv_path, png_path
+    return csv_path
 
 
 def runs_of(fig: Figure, seeds: int, with_optimal: bool) -> int:

@@ -84,8 +84,13 @@ def run_sweep(
     with_lp_bound: bool = False,
     time_limit: float | None = None,
     on_run: Callable[[], None] | None = None,
+    on_row: Callable[[SweepRow], None] | None = None,
 ) -> list[SweepRow]:
-    """Generate each workload once and run every policy on it."""
+    """Generate each workload once and run every policy on it.
+
+    ``on_run`` is called after every run, ``on_row`` with each row as it is
+    made (a caller that may be interrupted keeps what is done from them).
+    """
     known = {f.name for f in fields(GenParams)}
     rows: list[SweepRow] = []
     for point in points(vary):
@@ -103,6 +108,8 @@ def run_sweep(
                                         res.completeness, res.runtime_s, 1.0 if res.total else None,
                                         str(res.extra.get("status", "")),
                                         opt_bound / res.total if res.total else None))
+                if on_row:
+                    on_row(offline[-1])
                 if on_run:
                     on_run()
             if with_lp_bound:
@@ -112,6 +119,8 @@ def run_sweep(
                                         bound / res.total if res.total else 0.0, res.runtime_s,
                                         None, str(res.extra.get("status", "")),
                                         bound / res.total if res.total else None))
+                if on_row:
+                    on_row(offline[-1])
                 if on_run:
                     on_run()
             for policy in policies:
@@ -119,6 +128,8 @@ def run_sweep(
                 share = res.captured / opt_captured if opt_captured else None
                 rows.append(SweepRow(point, seed, policy, res.captured, res.total,
                                      res.completeness, res.runtime_s, share))
+                if on_row:
+                    on_row(rows[-1])
                 if on_run:
                     on_run()
             rows.extend(offline)

@@ -248,6 +248,8 @@ class CeiRow(Base):
     )
     release: Mapped[int] = mapped_column(Integer)
     sealed: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # Whether the rule's condition held (query EIs joined), not only its trigger checked.
+    fired: Mapped[bool] = mapped_column(Boolean, server_default=false())
     state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
     resolved_chronon: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime]

@@ -42,8 +42,10 @@ from proxy.store._types import (
     CeiStateChange,
     ChrononFigures,
     Entry,
+    FeedActivity,
     FeedUpdate,
     MetricsSummary,
+    MetricTotals,
     NewEntry,
     Probe,
     ProbeInput,
@@ -425,6 +427,39 @@ class ProbesAndMetrics(ProfilesAndCeis):
             ).all()
         return [_probe(row) for row in rows]
 
+    async def feed_activity(self, feed_id: int, *, recent: int = 20) -> FeedActivity:
+        """A feed's probe and entry counts, its last successful probe and its ``recent``
+        newest probes (the index on ``(feed_id, started_at)`` serves each query)."""
+        if recent < 0:
+            raise ValidationError("recent must be ≥ 0")
+        success = ProbeRow.outcome.in_(("ok", "not_modified"))
+        async with self._tx() as conn:
+            probes = (await conn.execute(
+                select(func.count()).select_from(ProbeRow).where(ProbeRow.feed_id == feed_id))).scalar_one()
+            entries = (await conn.execute(
+                select(func.count()).select_from(EntryRow).where(EntryRow.feed_id == feed_id))).scalar_one()
+            last_success = (await conn.execute(
+                select(func.max(ProbeRow.started_at)).where(ProbeRow.feed_id == feed_id, success))).scalar()
+            rows = (await conn.execute(
+                select(ProbeRow).where(ProbeRow.feed_id == feed_id)
+                .order_by(ProbeRow.started_at.desc(), ProbeRow.id.desc()).limit(recent))).all()
+        return FeedActivity(
+            probes=int(probes), entries=int(entries), last_success_at=last_success,
+            recent=tuple(_probe(row) for row in rows),
+        )
+
+    async def metric_totals(self) -> MetricTotals:
+        """Probes by outcome, the budget sums and CEIs by state: four aggregate queries."""
+        async with self._tx() as conn:
+            probes = {str(o): int(n) for o, n in await conn.execute(
+                select(ProbeRow.outcome, func.count()).group_by(ProbeRow.outcome))}
+            used, offered = (await conn.execute(select(
+                func.coalesce(func.sum(ChrononMetricsRow.used), 0),
+                func.coalesce(func.sum(ChrononMetricsRow.budget), 0)))).one()
+            ceis = {str(s): int(n) for s, n in await conn.execute(
+                select(CeiRow.state, func.count()).group_by(CeiRow.state))}
+        return MetricTotals(probes=probes, budget_used=int(used), budget_offered=int(offered), ceis=ceis)
+
     async def list_entries(self, feed_id: int, *, limit: int = 50, offset: int = 0) -> list[Entry]:
         """A feed's entries, most recently first seen first."""
         async with self._tx() as conn:
@@ -518,11 +553,12 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 ProfileRow.id,
                 ProfileRow.name,
                 CeiRow.state,
+                CeiRow.fired,
                 func.count(CeiRow.id).label("n"),
             )
             .outerjoin(CeiRow, CeiRow.profile_id == ProfileRow.id)
             .where(ProfileRow.user_id == user_id)
-            .group_by(ProfileRow.id, ProfileRow.name, CeiRow.state)
+            .group_by(ProfileRow.id, ProfileRow.name, CeiRow.state, CeiRow.fired)
             .order_by(ProfileRow.id)
         )
         recent = (
@@ -545,10 +581,16 @@ class ProbesAndMetrics(ProfilesAndCeis):
         per: dict[int, dict[str, Any]] = {}
         for row in rows:
             item = per.setdefault(
-                row.id, {"name": row.name, "captured": 0, "missed": 0, "pending": 0}
+                row.id,
+                {"name": row.name, "captured": 0, "missed": 0, "pending": 0,
+                 "fired": 0, "not_fired": 0, "captured_fired": 0},
             )
             if row.state is not None:
-                item[row.state] = int(row.n)
+                n = int(row.n)
+                item[row.state] += n
+                item["fired" if row.fired else "not_fired"] += n
+                if row.fired and row.state == "captured":
+                    item["captured_fired"] += n
         profiles = tuple(
             ProfileCompleteness(
                 profile_id=pid,
@@ -556,6 +598,9 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 captured=item["captured"],
                 missed=item["missed"],
                 pending=item["pending"],
+                fired=item["fired"],
+                not_fired=item["not_fired"],
+                captured_fired=item["captured_fired"],
             )
             for pid, item in per.items()
         )
@@ -563,6 +608,9 @@ class ProbesAndMetrics(ProfilesAndCeis):
             captured=sum(p.captured for p in profiles),
             missed=sum(p.missed for p in profiles),
             pending=sum(p.pending for p in profiles),
+            fired=sum(p.fired for p in profiles),
+            not_fired=sum(p.not_fired for p in profiles),
+            captured_fired=sum(p.captured_fired for p in profiles),
             profiles=profiles,
             chronons=int(budget_row[0]),
             budget_used=int(budget_row[1]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -331,6 +331,7 @@ class ProfilesAndCeis(Outbox):
         *,
         rule_id: int | None = None,
         sealed: bool = True,
+        fired: bool = False,
     ) -> Cei:
         """Store a new pending CEI with its EIs. ``sealed=False`` marks a CEI that may still
         grow (:meth:`add_ei`, then :meth:`seal_cei`). Raises :class:`ConflictError` for a
@@ -361,6 +362,7 @@ class ProfilesAndCeis(Outbox):
                         rule_id=rule_id,
                         release=release,
                         sealed=sealed,
+                        fired=fired,
                         state="pending",
                         created_at=self._clock(),
                     )
@@ -371,11 +373,15 @@ class ProfilesAndCeis(Outbox):
             return (await self._load_ceis(conn, CeiRow.id == cei_id))[0]
 
     async def add_ceis(
-        self, ceis: Sequence[tuple[str, int, int | None, int, bool, Sequence[NewEi]]]
+        self,
+        ceis: Sequence[tuple[str, int, int | None, int, bool, Sequence[NewEi]]],
+        *,
+        fired: Collection[str] = (),
     ) -> dict[str, dict[int, int]]:
         """Store many new pending CEIs ``(id, profile_id, rule_id, release, sealed, eis)`` in ONE
         transaction (the service opens thousands per chronon). CEIs whose profile no longer
-        exists are skipped; returns the stored EI ids by CEI id and ordinal. Raises
+        exists are skipped; ``fired`` names the CEIs that open fired (a watch rule's);
+        returns the stored EI ids by CEI id and ordinal. Raises
         :class:`ConflictError` for a duplicate CEI id (nothing is stored then)."""
         if not ceis:
             return {}
@@ -398,7 +404,8 @@ class ProfilesAndCeis(Outbox):
             try:
                 await conn.execute(insert(CeiRow), [
                     {"id": cid, "profile_id": pid, "rule_id": rid if rid in live_rules else None,
-                     "release": release, "sealed": sealed, "state": "pending", "created_at": now}
+                     "release": release, "sealed": sealed, "fired": cid in fired, "state": "pending",
+                     "created_at": now}
                     for cid, pid, rid, release, sealed, _ in kept
                 ])
             except IntegrityError:
@@ -421,7 +428,8 @@ class ProfilesAndCeis(Outbox):
         self, eis: Sequence[tuple[str, NewEi]], seal: Sequence[str] = ()
     ) -> dict[str, dict[int, int]]:
         """Add EIs to existing CEIs and seal CEIs, in ONE transaction; EIs of CEIs that no
-        longer exist are skipped. Returns the stored EI ids by CEI id and ordinal. Raises
+        longer exist are skipped; a CEI that gains an EI has fired (its condition held).
+        Returns the stored EI ids by CEI id and ordinal. Raises
         :class:`ConflictError` if an ordinal is taken (nothing is stored then)."""
         out: dict[str, dict[int, int]] = {}
         cei_ids = list({cid for cid, _ in eis} | set(seal))
@@ -441,6 +449,9 @@ class ProfilesAndCeis(Outbox):
                     await conn.execute(insert(EiRow), rows)
                 except IntegrityError:
                     raise ConflictError("an EI ordinal is already taken") from None
+            grown = sorted({cid for cid, _ in eis if cid in alive})
+            for chunk in _chunks(grown):
+                await conn.execute(update(CeiRow).where(CeiRow.id.in_(chunk)).values(fired=True))
             sealed = [cid for cid in seal if cid in alive]
             for chunk in _chunks(sealed):
                 await conn.execute(update(CeiRow).where(CeiRow.id.in_(chunk)).values(sealed=True))
@@ -453,12 +464,13 @@ class ProfilesAndCeis(Outbox):
         return out
 
     async def add_ei(self, cei_id: str, ei: NewEi) -> Ei:
-        """Add one EI to an existing CEI. Raises :class:`NotFoundError` / :class:`ConflictError`
-        (ordinal taken)."""
+        """Add one EI to an existing CEI, which has then fired (its rule's condition held).
+        Raises :class:`NotFoundError` / :class:`ConflictError` (ordinal taken)."""
         async with self._tx() as conn:
             if (await conn.execute(select(CeiRow.id).where(CeiRow.id == cei_id))).first() is None:
                 raise NotFoundError("CEI", cei_id)
             await self._insert_eis(conn, cei_id, [ei])
+            await conn.execute(update(CeiRow).where(CeiRow.id == cei_id).values(fired=True))
             row = (
                 await conn.execute(
                     select(EiRow).where(EiRow.cei_id == cei_id, EiRow.ordinal == ei.ordinal)
@@ -663,6 +675,7 @@ class ProfilesAndCeis(Outbox):
                 resolved_chronon=row.resolved_chronon,
                 created_at=row.created_at,
                 eis=tuple(eis_by_cei[row.id]),
+                fired=bool(row.fired),
             )
             for row in cei_rows
         ]

@@ -188,6 +188,8 @@ class Cei:
     resolved_chronon: int | None
     created_at: dt.datetime
     eis: tuple[Ei, ...]
+    fired: bool = False
+    """The rule's condition held (its query EIs joined); false: only the trigger was checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +235,26 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricTotals:
+    """What the database holds of the totals ``/metrics`` shows (they survive restarts)."""
+
+    probes: dict[str, int]  # stored probes by outcome (retention purges old ones)
+    budget_used: int  # probes started, summed over the recorded chronons
+    budget_offered: int  # budget, summed over the recorded chronons
+    ceis: dict[str, int]  # CEIs by state
+
+
+@dataclass(frozen=True, slots=True)
+class FeedActivity:
+    """What a feed's probes say about it (issue 23, "feeds that say why")."""
+
+    probes: int  # every stored probe
+    entries: int  # every stored entry
+    last_success_at: dt.datetime | None  # the newest probe that got a document (200) or a 304
+    recent: tuple[Probe, ...]  # newest first
+
+
+@dataclass(frozen=True, slots=True)
 class ProfileCompleteness:
     """Resolved CEIs of one profile: completeness = captured / (captured + missed)."""
 
@@ -241,6 +263,9 @@ class ProfileCompleteness:
     captured: int
     missed: int
     pending: int
+    fired: int = 0  # CEIs whose rule condition held, in any state
+    not_fired: int = 0  # CEIs whose trigger was only checked (or never decided)
+    captured_fired: int = 0  # fired and captured: what the user asked for, delivered
 
     @property
     def completeness(self) -> float | None:
@@ -259,6 +284,9 @@ class MetricsSummary:
     chronons: int  # how many recent chronons the budget figures cover
     budget_used: int
     budget_total: int
+    fired: int = 0
+    not_fired: int = 0
+    captured_fired: int = 0
 
     @property
     def completeness(self) -> float | None:

@@ -1,0 +1,53 @@
+"""Listening sockets for ``proxy serve`` and ``proxy demo``: check a port before doing any work.
+
+``proxy serve`` on a taken port used to migrate the database and start its
+chronon loop before uvicorn failed to bind, with an 85-line traceback (issue 23).
+:func:`bind_problem` says in one line why a port cannot be listened on;
+:func:`listen_socket` binds one (the preferred port, else a free one) so the
+caller hands uvicorn the very socket it checked. Standard library only: the
+CLI imports it before anything heavy.
+"""
+
+from __future__ import annotations
+
+import socket
+
+__all__ = ["bind_problem", "listen_socket"]
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A TCP socket bound (not listening) to ``host:port``; raises ``OSError``."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a port left in TIME_WAIT by a previous run is free to reuse.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, in one line; ``None`` if it can (it is released)."""
+    try:
+        _bound(host, port).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return f"cannot listen on {host}:{port}: {reason}"
+    return None
+
+
+def listen_socket(host: str, port: int, *, fallback: bool = True) -> tuple[socket.socket, bool]:
+    """A socket bound to ``host:port``, or (``fallback``) to a free port when that one is taken.
+
+    Returns the socket and whether it is the fallback (its port is ``getsockname()[1]``).
+    Raises ``OSError`` when neither can be bound.
+    """
+    try:
+        return _bound(host, port), False
+    except OSError:
+        if not fallback or port == 0:
+            raise
+    return _bound(host, 0), True

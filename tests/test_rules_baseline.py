@@ -1,0 +1,137 @@
+"""Issue 23, "a baseline, not a backlog": a new rule's first probe does not fire on old entries.
+
+Fake chronons (60 s from ``ORIGIN``), no I/O: the rule is installed at chronon
+``SINCE``; its first successful trigger probe sets its baseline. Entries published
+before ``SINCE`` fire it only as far as the rule's ``backfill`` allows.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from proxy.rules import OpenCei, ProfileSpec, RevealEi, SealCei, TriggerEvaluator
+from tests.test_rules_evaluator import CNN, FEEDS, GRID, MISH, Entry, trigger_body
+
+SINCE = 100
+AT_SINCE = GRID.start_of(SINCE)
+OLD = AT_SINCE - timedelta(days=330)  # "eleven months earlier" (the issue's report)
+
+
+def installed(backfill: int | None = None, *, since: int | None = SINCE, every_nth: int | None = None) -> TriggerEvaluator:
+    when: dict[str, Any] = {"contains": ["oil"]}
+    if every_nth is not None:
+        when["every_nth"] = every_nth
+    trigger: dict[str, Any] = {"feed": "FEED_MISH", "every": "5m", "slack": "2m", "when": when}
+    if backfill is not None:
+        trigger["backfill"] = backfill
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate(trigger_body(trigger)), FEEDS, since=since)
+    assert ev.on_tick(SINCE) == [OpenCei("p/0:0", "p", "p/0", ((MISH, SINCE, SINCE + 2),), sealed=False)]
+    return ev
+
+
+def oil(published: Any, title: str = "oil") -> Entry:
+    return Entry(title=title, published=published)
+
+
+FIRES = [RevealEi("p/0:0", CNN, SINCE, SINCE + 10, seal=True)]
+CHECKED = [SealCei("p/0:0")]
+
+
+@pytest.mark.parametrize(
+    ("backfill", "entries", "ops"),
+    [
+        # The backlog alone: the probe sets the baseline, the rule does not fire.
+        (None, [oil(OLD)], CHECKED),
+        (0, [oil(OLD)], CHECKED),
+        # Undated entries cannot be shown to be new: baseline too.
+        (None, [oil(None)], CHECKED),
+        # Published in the chronon the rule was created, or later: new.
+        (None, [oil(AT_SINCE)], FIRES),
+        (None, [oil(OLD), oil(AT_SINCE + timedelta(seconds=90))], FIRES),
+        # backfill N: the N newest old entries may fire it (undated ones count as oldest).
+        (1, [oil(OLD)], FIRES),
+        (1, [oil(OLD - timedelta(days=1)), Entry(title="markets", published=OLD)], CHECKED),
+        (2, [oil(OLD - timedelta(days=1)), Entry(title="markets", published=OLD)], FIRES),
+        (1, [oil(None), Entry(title="markets", published=OLD)], CHECKED),
+        (2, [oil(None), Entry(title="markets", published=OLD)], FIRES),
+    ],
+)
+def test_first_probe_sets_the_baseline(backfill: int | None, entries: list[Entry], ops: list[Any]) -> None:
+    ev = installed(backfill)
+    assert ev.on_probe(MISH, SINCE, True, entries) == ops
+
+
+def test_without_since_every_new_entry_counts() -> None:
+    ev = installed(since=None)
+    assert ev.on_probe(MISH, SINCE, True, [oil(OLD)]) == FIRES
+
+
+def test_after_the_baseline_every_new_entry_counts() -> None:
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, True, [oil(OLD)]) == CHECKED
+    assert ev.on_tick(SINCE + 5) == [OpenCei("p/0:1", "p", "p/0", ((MISH, SINCE + 5, SINCE + 7),), sealed=False)]
+    # An old-dated entry that appears later is new to the feed: it is an update, not backlog.
+    assert ev.on_probe(MISH, SINCE + 5, True, [oil(OLD)], previous_success=SINCE) == [
+        RevealEi("p/0:1", CNN, SINCE + 5, SINCE + 15, seal=True)
+    ]
+
+
+def test_a_failed_probe_does_not_take_the_baseline() -> None:
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, False, []) == []
+    assert ev.on_probe(MISH, SINCE + 1, True, [oil(OLD)]) == CHECKED
+
+
+def test_the_baseline_probe_need_not_decide_a_cei() -> None:
+    ev = installed()
+    # A probe before the window (another rule's, a background probe): it takes the baseline.
+    assert ev.on_probe(MISH, SINCE - 1, True, [oil(OLD)]) == []
+    assert ev.on_probe(MISH, SINCE, True, [oil(OLD)], previous_success=SINCE - 1) == FIRES
+
+
+def test_every_nth_does_not_count_the_backlog() -> None:
+    ev = installed(every_nth=2)
+    assert ev.on_probe(MISH, SINCE, True, [oil(OLD), oil(OLD), oil(OLD)]) == CHECKED
+    assert ev.snapshot_state("p/0")["nth_count"] == 0
+
+
+def test_the_baseline_survives_a_restart() -> None:
+    ev = installed()
+    saved = ev.snapshot_state("p/0")
+    assert saved["since"] == SINCE and saved["baselined"] is False
+    again = TriggerEvaluator(GRID)
+    again.add_profile("p", ProfileSpec.model_validate(trigger_body(
+        {"feed": "FEED_MISH", "every": "5m", "slack": "2m", "when": {"contains": ["oil"]}})), FEEDS)
+    again.restore_state("p/0", saved)
+    assert again.on_probe(MISH, SINCE, True, [oil(OLD)]) == CHECKED
+    assert again.snapshot_state("p/0")["baselined"] is True
+
+
+def test_a_state_saved_before_the_baseline_existed_restores_as_taken() -> None:
+    ev = installed()
+    saved = {k: v for k, v in ev.snapshot_state("p/0").items() if k not in ("since", "baselined")}
+    ev.restore_state("p/0", saved)
+    assert ev.on_probe(MISH, SINCE, True, [oil(OLD)]) == FIRES
+
+
+def test_an_update_from_before_the_rule_opens_nothing() -> None:
+    body = trigger_body({"feed": "FEED_MISH", "on": "update", "slack": "2m"})
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate(body), FEEDS, since=SINCE)
+    # The feed changed between a probe at 50 and one at 101, at 60 by its entries' dates.
+    assert ev.on_probe(MISH, SINCE + 1, True, [oil(GRID.start_of(60))], previous_success=50) == []
+    ops = ev.on_probe(MISH, SINCE + 3, True, [oil(GRID.start_of(SINCE + 2))], previous_success=SINCE + 1)
+    assert ops[0] == OpenCei("p/0:0", "p", "p/0", ((MISH, SINCE + 2, SINCE + 4),), sealed=False)
+
+
+@pytest.mark.parametrize("bad", [-1, 1001, "many", 1.5])
+def test_backfill_is_validated(bad: Any) -> None:
+    body = trigger_body({"feed": "FEED_MISH", "every": "5m", "backfill": bad})
+    with pytest.raises(ValidationError) as info:
+        ProfileSpec.model_validate(body)
+    assert any(err["loc"][-1] == "backfill" for err in info.value.errors()), info.value.errors()
