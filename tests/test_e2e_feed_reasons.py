@@ -59,7 +59,8 @@ async def test_a_feed_says_why(sqlite_url: str) -> None:
         assert ok["last_status"] in (200, 304) and ok["last_error"] is None
         assert ok["last_success_at"] is not None
         assert dt.datetime.fromisoformat(ok["last_success_at"]) <= now
-        assert len(ok["recent_probes"]) == min(ok["probes"], 20)
+        # Probes go on while the detail is read: the counts are never behind the list.
+        assert 1 <= len(ok["recent_probes"]) <= min(ok["probes"], 20)
         starts = [p["started_at"] for p in ok["recent_probes"]]
         assert starts == sorted(starts, reverse=True)  # newest first
         assert ok["recent_probes"][0]["outcome"] in ("ok", "not_modified")

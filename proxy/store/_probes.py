@@ -429,23 +429,30 @@ class ProbesAndMetrics(ProfilesAndCeis):
 
     async def feed_activity(self, feed_id: int, *, recent: int = 20) -> FeedActivity:
         """A feed's probe and entry counts, its last successful probe and its ``recent``
-        newest probes (the index on ``(feed_id, started_at)`` serves each query)."""
+        newest probes (the index on ``(feed_id, started_at)`` serves each query).
+
+        The probe loop writes meanwhile, and SQLite's statements need not share one
+        snapshot: the recent probes are read first, so the counts and the last
+        success read after them are never older than what they show.
+        """
         if recent < 0:
             raise ValidationError("recent must be ≥ 0")
-        success = ProbeRow.outcome.in_(("ok", "not_modified"))
+        successes = ("ok", "not_modified")
         async with self._tx() as conn:
+            rows = (await conn.execute(
+                select(ProbeRow).where(ProbeRow.feed_id == feed_id)
+                .order_by(ProbeRow.started_at.desc(), ProbeRow.id.desc()).limit(recent))).all()
             probes = (await conn.execute(
                 select(func.count()).select_from(ProbeRow).where(ProbeRow.feed_id == feed_id))).scalar_one()
             entries = (await conn.execute(
                 select(func.count()).select_from(EntryRow).where(EntryRow.feed_id == feed_id))).scalar_one()
             last_success = (await conn.execute(
-                select(func.max(ProbeRow.started_at)).where(ProbeRow.feed_id == feed_id, success))).scalar()
-            rows = (await conn.execute(
-                select(ProbeRow).where(ProbeRow.feed_id == feed_id)
-                .order_by(ProbeRow.started_at.desc(), ProbeRow.id.desc()).limit(recent))).all()
+                select(func.max(ProbeRow.started_at))
+                .where(ProbeRow.feed_id == feed_id, ProbeRow.outcome.in_(successes)))).scalar()
+        shown = tuple(_probe(row) for row in rows)
         return FeedActivity(
-            probes=int(probes), entries=int(entries), last_success_at=last_success,
-            recent=tuple(_probe(row) for row in rows),
+            probes=max(int(probes), len(shown)), entries=int(entries), last_success_at=last_success,
+            recent=shown,
         )
 
     async def metric_totals(self) -> MetricTotals:
