@@ -36,7 +36,13 @@ import structlog
 
 from proxy.aio import cancel_and_wait
 from proxy.core.policies import get_policy
-from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
+from proxy.errors import (
+    AuthError,
+    FeedNotFoundError,
+    RateLimitedError,
+    StandbyError,
+    StorageError,
+)
 from proxy.feeds import (
     Fetcher,
     FetcherSettings,
@@ -52,6 +58,7 @@ from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
 from proxy.rules.schemas import NotifySpec
 from proxy.service._persist import Writer
+from proxy.service._ratelimit import TokenBuckets
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
@@ -176,6 +183,9 @@ class ProxyService:
         self._lock = asyncio.Lock()
         # One plan at a time: each is seconds of CPU in a worker thread, sharing the GIL with the loop.
         self._plan_lock = asyncio.Lock()
+        # Pings per feed (issue 24.6): every user who registered a feed knows a token for it, and
+        # each accepted ping may open CEIs that spend the shared budget.
+        self._ping_buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -559,6 +569,7 @@ class ProxyService:
         gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
             self.runtime.feeds.remove(feed_id)
+            self._ping_buckets.forget(feed_id)
         log.info("feed_unregistered", feed=feed_id, user=user_id, feed_deleted=gone)
 
     async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
@@ -575,14 +586,26 @@ class ProxyService:
         The token says whose registration is pinging, and only that user's rules hear
         it (issue 22: one user's token must not open CEIs for another user's rules).
         The proxy still has to fetch: a ping only opens or grows CEIs (rules with
-        ``on: ping`` and watch rules); the loop schedules the probes.
+        ``on: ping`` and watch rules); the loop schedules the probes. Authenticated
+        pings of one feed are rate-limited by a token bucket (:class:`RateLimitedError`
+        with the seconds to wait), whoever sends them: a flood on one feed cannot open
+        CEIs that spend the budget other feeds' rules need.
         """
         self._require_leader()
+        s = self.settings
         users = await self.store.ping_users(feed_id, token) if token else []
         if not users:
             if feed_id not in self.runtime.feeds.by_id:
                 raise FeedNotFoundError(feed_id)
             raise AuthError("wrong or missing ping token for this feed")
+        wait = self._ping_buckets.take(feed_id)
+        if wait:
+            self.metrics.pings.labels(outcome="rate_limited").inc()
+            raise RateLimitedError(
+                f"too many pings for feed {feed_id}: at most {s.ping_burst} at once and "
+                f"{s.ping_rate_per_minute:g} per minute (PROXY_PING_BURST, "
+                f"PROXY_PING_RATE_PER_MINUTE); retry in {wait:.1f} s", wait)
+        self.metrics.pings.labels(outcome="accepted").inc()
         profiles = {str(pid) for pid in await self.store.profile_ids_of(users)}
         rt = self.runtime
         slot = rt.feeds.by_id.get(feed_id)
