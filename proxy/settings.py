@@ -276,6 +276,15 @@ class Settings(BaseSettings):
         description="Pings one feed may send at once before `PROXY_PING_RATE_PER_MINUTE` applies.",
     )
 
+    api_concurrency: int = Field(
+        default=4, ge=1, le=10_000,
+        description=(
+            "Most API requests in progress at once; more wait their turn (the event stream and "
+            "health endpoints excepted). Low, so that busy clients cannot crowd the chronon "
+            "loop's probes out of the event loop they share (docs/bench-api-load.md)."
+        ),
+    )
+
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str) -> str:

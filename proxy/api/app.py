@@ -24,7 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from proxy import __version__
-from proxy.api.deps import Service
+from proxy.api._admission import Admission
+from proxy.api._cache import ListCache, ResponseCache, TtlMap
+from proxy.api.deps import READ_TTL_SECONDS, Service
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_notify import router as notify_router
 from proxy.api.routes_plan import router as plan_router
@@ -111,7 +113,12 @@ def make_app(
         lifespan=lifespan,
     )
     app.state.service = the_service
+    # Heavy reads and API keys, reused for a second (issue 24.4: the API must not eat the budget).
+    app.state.responses = ResponseCache()
+    app.state.lists = ListCache()
+    app.state.api_keys = TtlMap(READ_TTL_SECONDS)
     app.add_exception_handler(ProxyError, _proxy_error)
+    app.add_middleware(Admission, limit=settings.api_concurrency)
     app.include_router(feeds_router)
     app.include_router(profiles_router)
     app.include_router(notify_router)

@@ -158,6 +158,8 @@ class ProxyService:
         self.metrics = metrics or ServiceMetrics()
         self._store = store
         self._own_store = store is None
+        #: The chronon loop's own connection pool (its probes, writer and lease; issue 24.4).
+        self._loop_store: Store | None = None
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
         self._wall = wall
@@ -186,6 +188,9 @@ class ProxyService:
         # Pings per feed (issue 24.6): every user who registered a feed knows a token for it, and
         # each accepted ping may open CEIs that spend the shared budget.
         self._ping_buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
+        # Bumped by every change of a user's profiles: the API's cached listings key on it, so
+        # a client reads its own writes at once (proxy/api/_cache.py).
+        self._profile_versions: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -249,6 +254,10 @@ class ProxyService:
         if self._store is None:
             self._store = Store.from_url(s.database_url)
         store = self._store
+        # API requests waiting for a database connection queue in the API's pool; the loop's
+        # probes, its writer and the lease renewals have a pool of their own, so no burst of
+        # requests can make them wait (the budget comes first, issue 24.4).
+        self._loop_store = loop_store = store.sibling()
         try:
             if self._fetcher is None:
                 if s.probe_processes:
@@ -263,7 +272,7 @@ class ProxyService:
                 await self._lead(None)
                 return
             leader = self._leader = Leader(
-                store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
+                loop_store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
                 on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
             lease = await leader.acquire()
             if lease is not None:
@@ -340,12 +349,13 @@ class ProxyService:
         """Restore from the database and start the writer, the loop and housekeeping."""
         s = self.settings
         store = self.store
+        loop_store = self._loop_store or store
         self._clock = clock = await self._load_clock(store)
         # The outbox's documents give windows as wall times too.
-        store.chronon_start = clock.start_of
+        store.chronon_start = loop_store.chronon_start = clock.start_of
         runtime = Runtime(clock)
         leader = self._leader
-        writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None,
+        writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved)
         collected = await store.collect_unregistered_feeds()
         if collected:
@@ -394,7 +404,7 @@ class ProxyService:
             )
             self._dispatcher.start()
         self._loop = ChrononLoop(
-            runtime, store, writer, self.fetcher, clock, self.metrics,
+            runtime, loop_store, writer, self.fetcher, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
         )
@@ -436,6 +446,9 @@ class ProxyService:
             await self._leader.release()
         if self._fetcher is not None and self._own_fetcher:
             await self._fetcher.aclose()
+        if self._loop_store is not None:
+            await self._loop_store.close()
+            self._loop_store = None
         if self._store is not None and self._own_store:
             await self._store.close()
             self._store = None
@@ -634,6 +647,7 @@ class ProxyService:
             except Exception:
                 await self.store.delete_profile(user_id, profile.id)
                 raise
+        self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
@@ -648,9 +662,17 @@ class ProxyService:
             profile = await self.store.replace_profile(
                 user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
             steps = rt.install(profile, restore_states=False)
+        self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
+
+    def profiles_version(self, user_id: int) -> int:
+        """A number that changes whenever this process changes the user's profiles."""
+        return self._profile_versions.get(user_id, 0)
+
+    def _profiles_changed(self, user_id: int) -> None:
+        self._profile_versions[user_id] = self._profile_versions.get(user_id, 0) + 1
 
     async def _check(self, user_id: int, spec: ProfileSpec) -> None:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
@@ -673,6 +695,7 @@ class ProxyService:
         async with self._lock:
             await self.store.delete_profile(user_id, profile_id)
             steps = self.runtime.uninstall(profile_id)
+        self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_deleted", profile=profile_id, user=user_id)
 
