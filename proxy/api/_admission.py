@@ -5,8 +5,9 @@ puts a callback in every turn of the event loop, so twenty busy clients made
 twenty callbacks for every one of a probe's, and probes crawled. Admitting a
 few requests at a time keeps the API's share of each turn small whatever the
 number of clients; the others wait (FIFO, costing nothing) and are served as
-fast as the CPU allows. Long-lived and health endpoints are never held back
-(the event stream would hold a slot for ever; probes of liveness must answer).
+fast as the CPU allows. Long-lived, health and plan endpoints are never held
+back (the event stream would hold a slot for ever; probes of liveness must
+answer; plans wait for one another under their own lock).
 
 What it does not do: refuse requests (no 503 on overload: they queue), or
 limit per client (that is a reverse proxy's job).
@@ -20,7 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["Admission"]
 
-EXEMPT_PATHS = frozenset({"/api/v1/events", "/healthz", "/readyz", "/metrics"})
+# The event stream lasts for ever; health must answer at once; a plan runs for seconds in a
+# worker thread, one at a time under its own lock (waiting plans must not hold every slot).
+EXEMPT_PATHS = frozenset({"/api/v1/events", "/api/v1/plan", "/healthz", "/readyz", "/metrics"})
 
 
 class Admission:
