@@ -139,3 +139,26 @@ async def test_a_ping_flood_on_one_feed_leaves_other_feeds_captures_untouched(
 
         done = await eventually(resolved, within=30.0, what="three resolved CEIs of the steady rule")
         assert [c["state"] for c in done] == ["captured"] * len(done)
+
+
+async def test_wrong_tokens_take_nothing_from_the_feeds_bucket(sqlite_url: str) -> None:
+    """Strangers cannot drain a publisher's pings: the token is checked before the bucket."""
+    from proxy.api import make_app
+    from proxy.service import ProxyService
+
+    # One ping per 100 minutes after the burst: nothing refills during the test.
+    settings = e2e_settings(sqlite_url, ping_burst=3, ping_rate_per_minute=0.01)
+    service = ProxyService(settings, run_loop=False, housekeeping=False)
+    async with service:
+        _, key = await service.store.create_user("alice")
+        app = make_app(settings, service=service, manage_service=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://proxy.test") as client:
+            r = await client.post("/api/v1/feeds", json={"url": "http://127.0.0.1:9/feeds/flood.xml"},
+                                  headers={"Authorization": f"Bearer {key}"})
+            feed = r.json()
+            for _ in range(10):
+                r = await client.post(f"/api/v1/feeds/{feed['id']}/ping", headers={"X-Ping-Token": "wrong"})
+                assert r.status_code == 401
+            statuses = [(await _ping(client, feed)).status_code for _ in range(4)]
+            assert statuses == [202, 202, 202, 429]
