@@ -82,62 +82,86 @@ class ListCache:
 
     The writes of this process amend it (:meth:`put`, :meth:`drop`) instead of
     invalidating it, so a client creating profiles while others list them does not make
-    every listing reload every profile; it is reloaded whole (one load at a time per
-    key) when older than ``ttl``, for what other processes changed.
+    every listing reload every profile. Once older than ``ttl`` it is reloaded in the
+    background (for what other processes changed) while the amended listing is still
+    served: a long listing's reload never holds a request up. Writes that land while
+    a load runs are applied to its result, so a client always reads its own writes.
     """
 
     max_keys: int = 4096
     clock: Callable[[], float] = time.monotonic
     _lists: OrderedDict[Hashable, _List] = field(default_factory=OrderedDict)
     _building: dict[Hashable, asyncio.Task[bytes]] = field(default_factory=dict)
-    _changes: dict[Hashable, int] = field(default_factory=dict)
+    _pending: dict[Hashable, list[tuple[int, bytes | None]]] = field(default_factory=dict)
     builds: int = 0
 
     async def get(self, key: Hashable, ttl: float,
                   load: Callable[[], Awaitable[list[tuple[int, bytes]]]]) -> bytes:
         entry = self._lists.get(key)
-        if entry is not None and self.clock() - entry.built_at < ttl:
-            self._lists.move_to_end(key)
-            if entry.body is None:
-                entry.body = b"[" + b",".join(entry.items[i] for i in sorted(entry.items)) + b"]"
-            return entry.body
-        task = self._building.get(key)
-        if task is None:
-            task = asyncio.ensure_future(self._build(key, load))
-            self._building[key] = task
-        return await asyncio.shield(task)
+        if entry is None:
+            task = self._building.get(key) or self._start(key, load)
+            return await asyncio.shield(task)
+        if self.clock() - entry.built_at >= ttl and key not in self._building:
+            self._start(key, load)
+        self._lists.move_to_end(key)
+        if entry.body is None:
+            entry.body = _joined(entry.items)
+        return entry.body
+
+    def _start(self, key: Hashable, load: Callable[[], Awaitable[list[tuple[int, bytes]]]]
+               ) -> asyncio.Task[bytes]:
+        task = asyncio.ensure_future(self._build(key, load))
+        # A background refresh nobody awaits may fail (database away): its error is the
+        # next waiting request's to report, not the event loop's to log as unretrieved.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._building[key] = task
+        self._pending[key] = []
+        return task
 
     async def _build(self, key: Hashable, load: Callable[[], Awaitable[list[tuple[int, bytes]]]]) -> bytes:
-        started, changes = self.clock(), self._changes.get(key, 0)
+        started = self.clock()  # the listing is as old as the data it read
         try:
             items = dict(await load())
+            for item_id, item in self._pending.get(key, ()):  # written while it loaded
+                if item is None:
+                    items.pop(item_id, None)
+                else:
+                    items[item_id] = item
             self.builds += 1
-            body = b"[" + b",".join(items[i] for i in sorted(items)) + b"]"
-            # A write amended the listing while it loaded: what was loaded may miss it, so
-            # serve it once and load again next time.
-            fresh = self._changes.get(key, 0) == changes
-            self._lists[key] = _List(started if fresh else float("-inf"), items, body)
+            entry = _List(started, items, _joined(items))
+            self._lists[key] = entry
             self._lists.move_to_end(key)
             while len(self._lists) > self.max_keys:
                 self._lists.popitem(last=False)
-            return body
+            assert entry.body is not None
+            return entry.body
         finally:
             self._building.pop(key, None)
+            self._pending.pop(key, None)
 
     def put(self, key: Hashable, item_id: int, item: bytes) -> None:
         """This process created or replaced item ``item_id`` of ``key``'s listing."""
-        self._changes[key] = self._changes.get(key, 0) + 1
-        entry = self._lists.get(key)
-        if entry is not None:
-            entry.items[item_id] = item
-            entry.body = None
+        self._amend(key, item_id, item)
 
     def drop(self, key: Hashable, item_id: int) -> None:
         """This process deleted item ``item_id`` of ``key``'s listing."""
-        self._changes[key] = self._changes.get(key, 0) + 1
+        self._amend(key, item_id, None)
+
+    def _amend(self, key: Hashable, item_id: int, item: bytes | None) -> None:
         entry = self._lists.get(key)
-        if entry is not None and entry.items.pop(item_id, None) is not None:
+        if entry is not None:
+            if item is None:
+                entry.items.pop(item_id, None)
+            else:
+                entry.items[item_id] = item
             entry.body = None
+        pending = self._pending.get(key)
+        if pending is not None:
+            pending.append((item_id, item))
+
+
+def _joined(items: dict[int, bytes]) -> bytes:
+    return b"[" + b",".join(items[i] for i in sorted(items)) + b"]"
 
 
 @dataclass
