@@ -7,7 +7,8 @@ generic code (``except LookupError``) keeps working.
 
 The API layer maps these to HTTP status codes in ONE exception handler
 (``NotFoundError`` → 404, ``ConflictError`` → 409, ``ValidationError`` → 422,
-``AuthError`` → 401, ``StorageError`` and ``StandbyError`` → 503); services never raise
+``AuthError`` → 401, ``RateLimitedError`` → 429, ``StorageError`` and ``StandbyError`` → 503);
+services never raise
 ``HTTPException``. This module deliberately knows nothing about HTTP.
 
 ``proxy.core.model.WorkloadError`` stays a plain ``ValueError`` on purpose:
@@ -23,6 +24,7 @@ __all__ = [
     "NotFoundError",
     "ProfileNotFoundError",
     "ProxyError",
+    "RateLimitedError",
     "SettingsError",
     "StandbyError",
     "StorageError",
@@ -91,4 +93,16 @@ class StandbyError(ProxyError):
 
     def __init__(self, message: str, holder: str | None = None) -> None:
         self.holder = holder
+        super().__init__(message)
+
+
+class RateLimitedError(ProxyError):
+    """Too many requests of one kind for one object (pings of a feed); try again later.
+
+    ``retry_after`` is how many seconds until one more would be accepted (HTTP 429
+    with ``Retry-After``).
+    """
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        self.retry_after = retry_after
         super().__init__(message)

@@ -50,6 +50,14 @@ SPEC_POLICY_NAMES: tuple[str, ...] = (
     "round-robin",
 )
 
+# Bounds of numeric settings (issue 24.3): a value outside them is a typo or a unit mistake, and
+# some are harmful (a 1 µs chronon spins a core and ignores SIGTERM), so start-up refuses them.
+MIN_CHRONON_SECONDS = 0.01
+MIN_TIMEOUT = 0.01  # seconds: shorter timeouts and periods cannot be honoured by the event loop
+HOUR = 3600.0
+DAY = 86400.0
+MAX_BUDGET = 100_000
+
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Async drivers only: the store is asyncio end to end. Plain dialect names are
@@ -89,6 +97,8 @@ class Settings(BaseSettings):
         extra="ignore",
         frozen=True,
         validate_default=True,
+        # NaN passes every ge/le bound; infinities are as much a typo as 1e12.
+        allow_inf_nan=False,
     )
 
     database_url: str = Field(
@@ -100,9 +110,12 @@ class Settings(BaseSettings):
         ),
     )
     chronon_seconds: float = Field(
-        default=60.0, gt=0, description="Length of one chronon (scheduling step) in seconds."
+        default=60.0, ge=MIN_CHRONON_SECONDS, le=DAY,
+        description="Length of one chronon (scheduling step) in seconds: 0.01 (10 ms) to 86400 (a day)."
     )
-    budget: int = Field(default=10, ge=1, description="Probes allowed per chronon (C).")
+    budget: int = Field(
+        default=10, ge=1, le=MAX_BUDGET, description="Probes allowed per chronon (C): 1 to 100000."
+    )
     policy: str = Field(
         default="adm-edf",
         description="Scheduling policy name, as in the workload spec (e.g. `mrsf-p`, `s-edf-np`, `wic`).",
@@ -119,14 +132,16 @@ class Settings(BaseSettings):
     )
     port: int = Field(default=8000, ge=1, le=65535, description="TCP port of the HTTP API.")
     per_host_concurrency: int = Field(
-        default=2, ge=1, description="Most simultaneous requests to one feed host."
+        default=2, ge=1, le=1000, description="Most simultaneous requests to one feed host."
     )
     per_host_min_delay_seconds: float = Field(
-        default=1.0, ge=0, description="Least time between two requests to the same feed host."
+        default=1.0, ge=0, le=HOUR,
+        description="Least time between two requests to the same feed host."
     )
     probe_processes: int = Field(
         default=0,
         ge=0,
+        le=256,
         description=(
             "Worker processes that probe feeds (fetch and parse); 0 probes in the service's own "
             "process. Set it to the number of cores when probing is CPU-bound "
@@ -136,6 +151,7 @@ class Settings(BaseSettings):
     retention_days: int = Field(
         default=30,
         ge=0,
+        le=36500,
         description=(
             "Probes and uncaptured entries older than this are purged, and so are notification "
             "deliveries settled (delivered or dead letters) longer ago, with their events; "
@@ -149,16 +165,17 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=5 * 1024 * 1024,
         ge=1024,
+        le=1024**3,
         description="Largest feed body read; longer bodies fail the probe.",
     )
     http_connect_timeout_seconds: float = Field(
-        default=5.0, gt=0, description="Timeout for opening a connection to a feed host."
+        default=5.0, ge=MIN_TIMEOUT, le=HOUR, description="Timeout for opening a connection to a feed host."
     )
     http_read_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="Timeout between two reads of a feed response."
+        default=10.0, ge=MIN_TIMEOUT, le=HOUR, description="Timeout between two reads of a feed response."
     )
     http_total_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="Timeout for a whole feed request, connection to last byte."
+        default=30.0, ge=MIN_TIMEOUT, le=HOUR, description="Timeout for a whole feed request, connection to last byte."
     )
     log_level: str = Field(
         default="INFO",
@@ -181,6 +198,7 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(
         default=0.0,
         ge=0,
+        le=DAY,
         description=(
             "How long the chronon loop's lease outlives its holder's last renewal (renewed every "
             "third of it): a standby takes over this long after a kill -9. 0: two chronons, "
@@ -227,48 +245,48 @@ class Settings(BaseSettings):
         return value if value is not None and value.get_secret_value().strip() else None
 
     delivery_timeout_seconds: float = Field(
-        default=10.0, gt=0,
+        default=10.0, ge=MIN_TIMEOUT, le=HOUR,
         description="Timeout of one notification delivery attempt (webhook POST or Apprise call).",
     )
     delivery_retry_base_seconds: float = Field(
-        default=5.0, gt=0,
+        default=5.0, ge=MIN_TIMEOUT, le=DAY,
         description=(
             "Back-off before the first retry of a failed delivery; doubles per attempt "
             "(with jitter) up to `PROXY_DELIVERY_RETRY_MAX_SECONDS`. A longer `Retry-After` wins."
         ),
     )
     delivery_retry_max_seconds: float = Field(
-        default=3600.0, gt=0, description="Longest back-off between two delivery attempts."
+        default=3600.0, ge=MIN_TIMEOUT, le=30 * DAY, description="Longest back-off between two delivery attempts."
     )
     delivery_retry_window_seconds: float = Field(
-        default=86400.0, gt=0,
+        default=86400.0, ge=MIN_TIMEOUT, le=365 * DAY,
         description=(
             "How long a delivery is retried before it becomes a dead letter "
             "(`GET /api/v1/deliveries?state=failed`); 24 h by default."
         ),
     )
     delivery_concurrency: int = Field(
-        default=100, ge=1, description="Most delivery attempts in flight at once."
+        default=100, ge=1, le=10_000, description="Most delivery attempts in flight at once."
     )
     delivery_per_target_concurrency: int = Field(
-        default=4, ge=1, description="Most delivery attempts in flight to one target at once."
+        default=4, ge=1, le=1000, description="Most delivery attempts in flight to one target at once."
     )
     delivery_poll_seconds: float = Field(
-        default=1.0, gt=0,
+        default=1.0, ge=MIN_TIMEOUT, le=HOUR,
         description=(
             "Longest time the dispatcher sleeps between looks at the outbox (it is also woken "
             "by every resolution)."
         ),
     )
     webhook_secret_overlap_seconds: float = Field(
-        default=86400.0, ge=0,
+        default=86400.0, ge=0, le=30 * DAY,
         description=(
             "After a webhook secret rotation, how long the previous secret still signs "
             "(a second signature), unless the request says otherwise."
         ),
     )
     sse_keepalive_seconds: float = Field(
-        default=15.0, gt=0,
+        default=15.0, ge=MIN_TIMEOUT, le=HOUR,
         description="Idle time after which `GET /api/v1/events` sends a keep-alive comment.",
     )
     user_agent: str = Field(
@@ -288,6 +306,27 @@ class Settings(BaseSettings):
         if not value.strip() or any(not (" " <= c <= "~") for c in value):
             raise ValueError("must be printable ASCII on one line (RFC 9110 §5.5), not empty")
         return value.strip()
+
+    ping_rate_per_minute: float = Field(
+        default=30.0, ge=0.01, le=60_000,
+        description=(
+            "Pings accepted per feed per minute, on average (a token bucket per feed: anyone who "
+            "registered the feed knows its token); more answer 429 with `Retry-After`."
+        ),
+    )
+    ping_burst: int = Field(
+        default=10, ge=1, le=10_000,
+        description="Pings one feed may send at once before `PROXY_PING_RATE_PER_MINUTE` applies.",
+    )
+
+    api_concurrency: int = Field(
+        default=4, ge=1, le=10_000,
+        description=(
+            "Most API requests in progress at once; more wait their turn (the event stream and "
+            "health endpoints excepted). Low, so that busy clients cannot crowd the chronon "
+            "loop's probes out of the event loop they share (docs/bench-api-load.md)."
+        ),
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -83,8 +83,8 @@ def test_plain_dialects_map_to_async_drivers(url: str, expected: str) -> None:
     [
         ("PROXY_BUDGET", "0", "greater than or equal to 1"),
         ("PROXY_BUDGET", "many", "valid integer"),
-        ("PROXY_CHRONON_SECONDS", "0", "greater than 0"),
-        ("PROXY_CHRONON_SECONDS", "-1", "greater than 0"),
+        ("PROXY_CHRONON_SECONDS", "0", "greater than or equal to 0.01"),
+        ("PROXY_CHRONON_SECONDS", "-1", "greater than or equal to 0.01"),
         ("PROXY_POLICY", "fastest", "unknown policy 'fastest'"),
         ("PROXY_PORT", "70000", "less than or equal to 65535"),
         ("PROXY_DATABASE_URL", "mysql://u@h/db", "unsupported database"),
@@ -96,6 +96,24 @@ def test_plain_dialects_map_to_async_drivers(url: str, expected: str) -> None:
         ("PROXY_PER_HOST_CONCURRENCY", "0", "greater than or equal to 1"),
         ("PROXY_MAX_BODY_BYTES", "10", "greater than or equal to 1024"),
         ("PROXY_RETENTION_DAYS", "-1", "greater than or equal to 0"),
+        # Issue 24.3: numeric settings within sane ranges, refused at start naming the variable.
+        ("PROXY_CHRONON_SECONDS", "0.000001", "greater than or equal to 0.01"),
+        ("PROXY_CHRONON_SECONDS", "0.009", "greater than or equal to 0.01"),
+        ("PROXY_CHRONON_SECONDS", "1e9", "less than or equal to 86400"),
+        ("PROXY_CHRONON_SECONDS", "nan", "finite number"),
+        ("PROXY_PER_HOST_MIN_DELAY_SECONDS", "inf", "finite number"),
+        ("PROXY_BUDGET", "1000001", "less than or equal to 100000"),
+        ("PROXY_RETENTION_DAYS", "99999999", "less than or equal to 36500"),
+        ("PROXY_PROBE_PROCESSES", "100000", "less than or equal to 256"),
+        ("PROXY_MAX_BODY_BYTES", "99999999999999", "less than or equal to 1073741824"),
+        ("PROXY_HTTP_TOTAL_TIMEOUT_SECONDS", "0.0001", "greater than or equal to 0.01"),
+        ("PROXY_HTTP_CONNECT_TIMEOUT_SECONDS", "1e12", "less than or equal to 3600"),
+        ("PROXY_DELIVERY_POLL_SECONDS", "0", "greater than or equal to 0.01"),
+        ("PROXY_DELIVERY_CONCURRENCY", "1000000", "less than or equal to 10000"),
+        ("PROXY_LEASE_TTL_SECONDS", "-5", "greater than or equal to 0"),
+        ("PROXY_SSE_KEEPALIVE_SECONDS", "0.000001", "greater than or equal to 0.01"),
+        ("PROXY_PING_RATE_PER_MINUTE", "0", "greater than or equal to 0.01"),
+        ("PROXY_PING_BURST", "0", "greater than or equal to 1"),
     ],
 )
 def test_invalid_values_name_the_variable_and_reason(
@@ -178,3 +196,19 @@ def test_the_fetcher_sends_the_configured_user_agent() -> None:
 
     settings = load_settings(user_agent="acme-reader/2 (+https://acme.example/bot)")
     assert fetcher_settings(settings).user_agent == "acme-reader/2 (+https://acme.example/bot)"
+def test_bounds_accept_their_limits() -> None:
+    """The bounds are inclusive: a 10 ms chronon and the largest budget start."""
+    settings = load_settings(chronon_seconds=0.01, budget=100_000, retention_days=36500)
+    assert (settings.chronon_seconds, settings.budget, settings.retention_days) == (0.01, 100_000, 36500)
+
+
+def test_serve_refuses_a_microsecond_chronon_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`proxy serve` exits with status 2 naming the variable before opening anything."""
+    from typer.testing import CliRunner
+
+    from proxy.cli import app
+
+    monkeypatch.setenv("PROXY_CHRONON_SECONDS", "0.000001")
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 2
+    assert "PROXY_CHRONON_SECONDS: Input should be greater than or equal to 0.01" in result.output

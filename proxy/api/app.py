@@ -4,9 +4,9 @@ The lifespan starts the :class:`~proxy.service.ProxyService` (migrations, restor
 chronon loop) and stops it. Domain errors map to status codes in one place
 (style.md §4): NotFound → 404, Conflict → 409, Validation → 422 (``detail`` in
 FastAPI's shape: ``loc`` names the field, ``msg`` the reason), Auth → 401 with
-``WWW-Authenticate: Bearer``, Storage → 503, Standby → 503 (this process is a
-standby: another one runs the chronon loop). Route handlers hold no SQL and
-raise no ``HTTPException``.
+``WWW-Authenticate: Bearer``, RateLimited → 429 with ``Retry-After``, Storage → 503,
+Standby → 503 (this process is a standby: another one runs the chronon loop).
+Route handlers hold no SQL and raise no ``HTTPException``.
 
 ``/metrics`` is meant for an internal network (Prometheus next to the proxy);
 with ``PROXY_METRICS_TOKEN`` set it also wants ``Authorization: Bearer <token>``.
@@ -15,6 +15,7 @@ with ``PROXY_METRICS_TOKEN`` set it also wants ``Authorization: Bearer <token>``
 from __future__ import annotations
 
 import hmac
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,7 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from proxy import __version__
-from proxy.api.deps import Service
+from proxy.api._admission import Admission
+from proxy.api._cache import ListCache, ResponseCache, TtlMap
+from proxy.api.deps import READ_TTL_SECONDS, Service
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_keys import router as keys_router
 from proxy.api.routes_notify import router as notify_router
@@ -36,6 +39,7 @@ from proxy.errors import (
     ConflictError,
     NotFoundError,
     ProxyError,
+    RateLimitedError,
     StandbyError,
     StorageError,
     ValidationError,
@@ -55,6 +59,8 @@ def _status_of(exc: ProxyError) -> int:
         return 422
     if isinstance(exc, AuthError):
         return 401
+    if isinstance(exc, RateLimitedError):
+        return 429
     if isinstance(exc, StorageError | StandbyError):
         return 503
     return 500
@@ -74,6 +80,9 @@ async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
         detail = [{"loc": parts, "msg": str(exc), "type": "value_error"}]
     elif code == 401:
         headers = {"WWW-Authenticate": "Bearer"}
+    elif code == 429 and isinstance(exc, RateLimitedError):
+        # RFC 9110 §10.2.3: delay-seconds is a whole number; round up so a retry at once succeeds.
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
     elif code == 503 and isinstance(exc, StorageError):
         service = request.app.state.service
         service.metrics.db_errors.inc()
@@ -107,8 +116,13 @@ def make_app(
         lifespan=lifespan,
     )
     app.state.service = the_service
+    # Heavy reads and API keys, reused for a second (issue 24.4: the API must not eat the budget).
+    app.state.responses = ResponseCache()
+    app.state.lists = ListCache()
+    app.state.api_keys = TtlMap(READ_TTL_SECONDS)
     app.add_exception_handler(ProxyError, _proxy_error)
     app.include_router(opml_router)  # before feeds: /opml is not a {feed_id}
+    app.add_middleware(Admission, limit=settings.api_concurrency)
     app.include_router(feeds_router)
     app.include_router(keys_router)
     app.include_router(profiles_router)

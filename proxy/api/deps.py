@@ -7,9 +7,14 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from proxy.api._cache import ListCache, ResponseCache, TtlMap
 from proxy.errors import AuthError
 from proxy.service import ProxyService
-from proxy.store import ApiKey
+from proxy.store import ApiKey, hash_api_key
+
+#: How long a heavy read's body and a valid API key are reused (issue 24.4): a key revoked
+#: from another process stops working within this, a summary is at most this old.
+READ_TTL_SECONDS = 1.0
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from `proxy users create NAME`.")
 
@@ -22,16 +27,42 @@ def get_service(request: Request) -> ProxyService:
 Service = Annotated[ProxyService, Depends(get_service)]
 
 
+def get_cache(request: Request) -> ResponseCache:
+    cache: ResponseCache = request.app.state.responses
+    return cache
+
+
+Cache = Annotated[ResponseCache, Depends(get_cache)]
+
+
+def get_lists(request: Request) -> ListCache:
+    lists: ListCache = request.app.state.lists
+    return lists
+
+
+Lists = Annotated[ListCache, Depends(get_lists)]
+
+
 async def get_user_id(
+    request: Request,
     service: Service,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> int:
-    """The user owning the API key; :class:`AuthError` (401) if missing, unknown or revoked."""
+    """The user owning the API key; :class:`AuthError` (401) if missing, unknown or revoked.
+
+    A valid key is remembered for :data:`READ_TTL_SECONDS` (by its hash), so a client polling
+    the API costs no database query per request; unknown keys are always looked up."""
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
         raise AuthError("missing API key: send 'Authorization: Bearer KEY'")
+    keys: TtlMap = request.app.state.api_keys
+    digest = hash_api_key(credentials.credentials)
+    user_id = keys.get(digest)
+    if user_id is not None:
+        return user_id
     user_id = await service.store.authenticate(credentials.credentials)
     if user_id is None:
         raise AuthError("unknown or revoked API key")
+    keys.put(digest, user_id)
     return user_id
 
 

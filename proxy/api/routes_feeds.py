@@ -59,7 +59,11 @@ async def rotate_ping_token(feed_id: int, service: Service, user: UserId) -> Pin
     return PingTokenOut(ping_token=(await service.rotate_ping_token(user, feed_id)).ping_token)
 
 
-@router.post("/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut)
+@router.post(
+    "/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut,
+    responses={429: {"description": "Too many pings for this feed (`PROXY_PING_RATE_PER_MINUTE`, "
+                                    "`PROXY_PING_BURST`); `Retry-After` says when to retry."}},
+)
 async def ping_feed(
     feed_id: int,
     service: Service,
@@ -69,7 +73,8 @@ async def ping_feed(
     """An update notification, authenticated by a registration's ping token (no API key needed).
 
     Only the rules of the user whose token it is hear it. The proxy still fetches the
-    feed: the ping only opens or grows CEIs.
+    feed: the ping only opens or grows CEIs. Pings of one feed are rate-limited (a token
+    bucket per feed, whoever sends them): over it, 429 with ``Retry-After``.
     """
     ops = await service.ping(feed_id, x_ping_token or token or "")
     return PingOut(operations=ops)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from proxy.api._cache import TtlMap
 from proxy.api.deps import CurrentKey, Service, UserId
 from proxy.store import ApiKey
 
@@ -40,7 +41,8 @@ class KeyOut(BaseModel):
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=KeyOut)
-async def create_key(service: Service, current: CurrentKey, body: KeyIn | None = None) -> KeyOut:
+async def create_key(request: Request, service: Service, current: CurrentKey,
+                     body: KeyIn | None = None) -> KeyOut:
     """A new API key for you. With ``{"revoke_current": true}`` the key this request carries
     stops working at once; otherwise revoke it later with ``DELETE /api/v1/keys/{id}``."""
     new_key = await service.store.create_api_key(current.user_id)
@@ -48,6 +50,7 @@ async def create_key(service: Service, current: CurrentKey, body: KeyIn | None =
     assert record is not None  # just created, unrevoked
     if body is not None and body.revoke_current:
         await service.store.revoke_api_key_id(current.user_id, current.id)
+        _forget_keys_of(request, current.user_id)
     return KeyOut.of(record, key=new_key)
 
 
@@ -58,7 +61,16 @@ async def list_keys(service: Service, current: CurrentKey) -> list[KeyOut]:
 
 
 @router.delete("/{key_id}", response_model=KeyOut)
-async def revoke_key(key_id: int, service: Service, user: UserId) -> KeyOut:
+async def revoke_key(request: Request, key_id: int, service: Service, user: UserId) -> KeyOut:
     """Revoke one of your keys (the one you send too, if you name it). Another user's key
     answers 404 like a missing one."""
-    return KeyOut.of(await service.store.revoke_api_key_id(user, key_id))
+    revoked = await service.store.revoke_api_key_id(user, key_id)
+    _forget_keys_of(request, user)
+    return KeyOut.of(revoked)
+
+
+def _forget_keys_of(request: Request, user_id: int) -> None:
+    """A revoked key stops working at once in this process: the API's one-second memory of
+    valid keys (``proxy.api.deps.get_user_id``) forgets the user's."""
+    keys: TtlMap = request.app.state.api_keys
+    keys.forget_value(user_id)

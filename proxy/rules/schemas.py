@@ -146,11 +146,12 @@ class ConditionSpec(_Spec):
     """A condition on the new entries a trigger probe finds; every given part must hold.
 
     An entry *matches* when it contains one of ``contains`` (case-insensitive,
-    in title, summary or content) and matches ``regex`` (``re.search`` over the
-    same fields), each only if given. Without ``every_nth`` the condition holds
-    when some new entry matches; with it, matching entries are counted per rule
-    and the condition holds when the count passes a multiple of ``every_nth``
-    (paper 002 §2.1: ``WHEN COUNT(*) % X = 0``).
+    in title, summary or content) and matches ``regex`` (a search over the same
+    fields on RE2: linear time, no backreferences or lookaround), each only if
+    given. Without ``every_nth`` the condition holds when some new entry
+    matches; with it, matching entries are counted per rule and the condition
+    holds when the count passes a multiple of ``every_nth`` (paper 002 §2.1:
+    ``WHEN COUNT(*) % X = 0``).
     """
 
     contains: list[Keyword] | None = Field(default=None, min_length=1, max_length=100)

@@ -44,6 +44,7 @@ PROBE_OUTCOMES = (
 CEI_STATES = ("pending", "captured", "missed")
 # Outcomes of delivery attempts (proxy.service.dispatch): sent (2xx), will retry, given up
 # (dead letter), 410 Gone (target disabled), not sent because the target is disabled.
+PING_OUTCOMES = ("accepted", "rate_limited")
 DELIVERY_OUTCOMES = ("delivered", "retry", "failed", "gone", "target_disabled")
 
 
@@ -112,6 +113,13 @@ class ServiceMetrics:
         self.outbox_backlog = Gauge(
             "proxy_outbox_backlog", "Pending notification deliveries (due or awaiting a retry).",
             registry=r)
+        self.pings = Counter(
+            "proxy_pings",
+            "Authenticated pings (update notifications), by outcome: accepted, or rate_limited "
+            "(over the feed's PROXY_PING_RATE_PER_MINUTE / PROXY_PING_BURST, answered 429).",
+            ["outcome"], registry=r)
+        for outcome in PING_OUTCOMES:
+            self.pings.labels(outcome=outcome)
         for outcome in PROBE_OUTCOMES:
             self.probes.labels(outcome=outcome)
         for state in CEI_STATES:

@@ -36,7 +36,13 @@ import structlog
 
 from proxy.aio import cancel_and_wait
 from proxy.core.policies import get_policy
-from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
+from proxy.errors import (
+    AuthError,
+    FeedNotFoundError,
+    RateLimitedError,
+    StandbyError,
+    StorageError,
+)
 from proxy.feeds import (
     FeedUrlRefusedError,
     Fetcher,
@@ -53,6 +59,7 @@ from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
 from proxy.rules.schemas import NotifySpec
 from proxy.service._persist import Writer
+from proxy.service._ratelimit import TokenBuckets
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
@@ -153,6 +160,8 @@ class ProxyService:
         self.metrics = metrics or ServiceMetrics()
         self._store = store
         self._own_store = store is None
+        #: The chronon loop's own connection pool (its probes, writer and lease; issue 24.4).
+        self._loop_store: Store | None = None
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
         self._wall = wall
@@ -178,6 +187,12 @@ class ProxyService:
         self._lock = asyncio.Lock()
         # One plan at a time: each is seconds of CPU in a worker thread, sharing the GIL with the loop.
         self._plan_lock = asyncio.Lock()
+        # Pings per feed (issue 24.6): every user who registered a feed knows a token for it, and
+        # each accepted ping may open CEIs that spend the shared budget.
+        self._ping_buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
+        # Bumped by every change of a user's profiles: the API's cached listings key on it, so
+        # a client reads its own writes at once (proxy/api/_cache.py).
+        self._profile_versions: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -241,6 +256,10 @@ class ProxyService:
         if self._store is None:
             self._store = Store.from_url(s.database_url)
         store = self._store
+        # API requests waiting for a database connection queue in the API's pool; the loop's
+        # probes, its writer and the lease renewals have a pool of their own, so no burst of
+        # requests can make them wait (the budget comes first, issue 24.4).
+        self._loop_store = loop_store = store.sibling()
         try:
             if self._fetcher is None:
                 if s.probe_processes:
@@ -255,7 +274,7 @@ class ProxyService:
                 await self._lead(None)
                 return
             leader = self._leader = Leader(
-                store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
+                loop_store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
                 on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
             lease = await leader.acquire()
             if lease is not None:
@@ -314,6 +333,9 @@ class ProxyService:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         self.metrics.leader_changes.inc()
+        # Not leading from this moment: /metrics says so before the awaits below end.
+        self.metrics.leader.set(0)
+        self.metrics.lease_epoch.set(0)
         if loop is not None:
             await loop.stop()
         if writer is not None:
@@ -324,20 +346,19 @@ class ProxyService:
             await cancel_and_wait(loop_task)
         gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
         # The clock stays: the origin it holds is the database's (this process persisted it).
-        self.metrics.leader.set(0)
-        self.metrics.lease_epoch.set(0)
         log.error("stepped_down", reason=reason)
 
     async def _lead(self, lease: Lease | None) -> None:
         """Restore from the database and start the writer, the loop and housekeeping."""
         s = self.settings
         store = self.store
+        loop_store = self._loop_store or store
         self._clock = clock = await self._load_clock(store)
         # The outbox's documents give windows as wall times too.
-        store.chronon_start = clock.start_of
+        store.chronon_start = loop_store.chronon_start = clock.start_of
         runtime = Runtime(clock)
         leader = self._leader
-        writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None,
+        writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved)
         collected = await store.collect_unregistered_feeds()
         if collected:
@@ -389,7 +410,7 @@ class ProxyService:
             )
             self._dispatcher.start()
         self._loop = ChrononLoop(
-            runtime, store, writer, self.fetcher, clock, self.metrics,
+            runtime, loop_store, writer, self.fetcher, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
         )
@@ -431,6 +452,9 @@ class ProxyService:
             await self._leader.release()
         if self._fetcher is not None and self._own_fetcher:
             await self._fetcher.aclose()
+        if self._loop_store is not None:
+            await self._loop_store.close()
+            self._loop_store = None
         if self._store is not None and self._own_store:
             await self._store.close()
             self._store = None
@@ -598,6 +622,7 @@ class ProxyService:
         gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
             self.runtime.feeds.remove(feed_id)
+            self._ping_buckets.forget(feed_id)
         log.info("feed_unregistered", feed=feed_id, user=user_id, feed_deleted=gone)
 
     async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
@@ -614,14 +639,26 @@ class ProxyService:
         The token says whose registration is pinging, and only that user's rules hear
         it (issue 22: one user's token must not open CEIs for another user's rules).
         The proxy still has to fetch: a ping only opens or grows CEIs (rules with
-        ``on: ping`` and watch rules); the loop schedules the probes.
+        ``on: ping`` and watch rules); the loop schedules the probes. Authenticated
+        pings of one feed are rate-limited by a token bucket (:class:`RateLimitedError`
+        with the seconds to wait), whoever sends them: a flood on one feed cannot open
+        CEIs that spend the budget other feeds' rules need.
         """
         self._require_leader()
+        s = self.settings
         users = await self.store.ping_users(feed_id, token) if token else []
         if not users:
             if feed_id not in self.runtime.feeds.by_id:
                 raise FeedNotFoundError(feed_id)
             raise AuthError("wrong or missing ping token for this feed")
+        wait = self._ping_buckets.take(feed_id)
+        if wait:
+            self.metrics.pings.labels(outcome="rate_limited").inc()
+            raise RateLimitedError(
+                f"too many pings for feed {feed_id}: at most {s.ping_burst} at once and "
+                f"{s.ping_rate_per_minute:g} per minute (PROXY_PING_BURST, "
+                f"PROXY_PING_RATE_PER_MINUTE); retry in {wait:.1f} s", wait)
+        self.metrics.pings.labels(outcome="accepted").inc()
         profiles = {str(pid) for pid in await self.store.profile_ids_of(users)}
         rt = self.runtime
         slot = rt.feeds.by_id.get(feed_id)
@@ -650,6 +687,7 @@ class ProxyService:
             except Exception:
                 await self.store.delete_profile(user_id, profile.id)
                 raise
+        self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
@@ -664,9 +702,17 @@ class ProxyService:
             profile = await self.store.replace_profile(
                 user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
             steps = rt.install(profile, restore_states=False)
+        self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
+
+    def profiles_version(self, user_id: int) -> int:
+        """A number that changes whenever this process changes the user's profiles."""
+        return self._profile_versions.get(user_id, 0)
+
+    def _profiles_changed(self, user_id: int) -> None:
+        self._profile_versions[user_id] = self._profile_versions.get(user_id, 0) + 1
 
     async def _check(self, user_id: int, spec: ProfileSpec) -> None:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
@@ -689,6 +735,7 @@ class ProxyService:
         async with self._lock:
             await self.store.delete_profile(user_id, profile_id)
             steps = self.runtime.uninstall(profile_id)
+        self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_deleted", profile=profile_id, user=user_id)
 

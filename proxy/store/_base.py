@@ -194,6 +194,13 @@ class StoreBase:
     def engine(self) -> AsyncEngine:
         return self._engine
 
+    def sibling(self) -> Self:
+        """Another store on the same database with its own connection pool (closed by its
+        :meth:`close`): the service's chronon loop uses one so that API requests waiting
+        for a connection never queue ahead of it."""
+        url = self._engine.url.render_as_string(hide_password=False)
+        return type(self)(make_engine(url), owns_engine=True, clock=self._clock)
+
     async def close(self) -> None:
         if self._owns_engine:
             await self._engine.dispose()
