@@ -162,7 +162,7 @@ async def test_bad_profiles_answer_422_naming_the_field_and_lose_nothing(
                                     else bad, headers=api.h()),
               await api.client.put(f"/api/v1/profiles/{pid}", json=bad, headers=api.h())):
         assert r.status_code == 422, r.text
-        detail = r.json()["detail"]
+        detail = r.json()["errors"]
         assert any(d["loc"] == loc and reason in d["msg"] for d in detail), detail
     after = (await api.client.get(f"/api/v1/profiles/{pid}", headers=api.h())).json()
     assert after == before
@@ -212,7 +212,7 @@ async def test_private_addresses_are_refused_unless_allowed(sqlite_url: str) -> 
             r = await c.post("/api/v1/feeds", json={"url": "http://127.0.0.1/feed.xml"},
                              headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == 422
-            (detail,) = r.json()["detail"]
+            (detail,) = r.json()["errors"]
             assert detail["loc"] == ["body", "url"] and "refused" in detail["msg"]
             assert await service.store.list_feeds() == []
 

@@ -13,6 +13,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 
 from proxy.api.deps import Service, UserId
+from proxy.api.limits import FeedId
+from proxy.api.problems import problem_responses
 from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, UpdateModelOut
 
 router = APIRouter(prefix="/api/v1/feeds", tags=["feeds"])
@@ -34,7 +36,7 @@ async def list_feeds(service: Service, user: UserId) -> list[FeedOut]:
 
 
 @router.get("/{feed_id}", response_model=FeedOut)
-async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
+async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     """One of your feeds with its health and its learnt update model (kind, rate, next update)."""
     out = FeedOut.of(await service.store.get_registered_feed(user, feed_id))
     model = service.update_model(feed_id)
@@ -43,22 +45,23 @@ async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
     return out
 
 
-@router.delete("/{feed_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_feed(feed_id: int, service: Service, user: UserId) -> Response:
+@router.delete("/{feed_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(409))
+async def delete_feed(feed_id: FeedId, service: Service, user: UserId) -> Response:
     """Delete your registration; 409 while your profiles' rules read the feed."""
     await service.delete_feed(user, feed_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{feed_id}/ping-token", response_model=PingTokenOut)
-async def rotate_ping_token(feed_id: int, service: Service, user: UserId) -> PingTokenOut:
+async def rotate_ping_token(feed_id: FeedId, service: Service, user: UserId) -> PingTokenOut:
     """A new ping token for your registration; the old one stops working at once."""
     return PingTokenOut(ping_token=(await service.rotate_ping_token(user, feed_id)).ping_token)
 
 
-@router.post("/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut)
+@router.post("/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut,
+             responses=problem_responses(401))
 async def ping_feed(
-    feed_id: int,
+    feed_id: FeedId,
     service: Service,
     x_ping_token: Annotated[str | None, Header()] = None,
     token: Annotated[str | None, Query(description="Your ping token for the feed (or header X-Ping-Token).")] = None,

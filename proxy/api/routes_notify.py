@@ -11,6 +11,8 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from proxy.api.deps import Service, UserId
+from proxy.api.limits import MAX_BIG_ID, DeliveryId, TargetId
+from proxy.api.problems import problem_responses
 from proxy.api.schemas import DeliveryOut, SecretRotationIn, TargetOut
 from proxy.notify.payload import Notification
 from proxy.store import NotificationEvent
@@ -46,7 +48,7 @@ async def events(
     service: Service,
     user: UserId,
     last_event_id: Annotated[str | None, Header(description="Resume after this event id.")] = None,
-    after: Annotated[int | None, Query(ge=0, description="Resume after this event id (when "
+    after: Annotated[int | None, Query(ge=0, le=MAX_BIG_ID, description="Resume after this event id (when "
                                        "the client cannot send Last-Event-ID); 0 replays all.")] = None,
 ) -> StreamingResponse:
     """Your profiles' events (CEIs captured or missed) as Server-Sent Events, live.
@@ -91,15 +93,16 @@ async def list_deliveries(
 
 
 @router.get("/deliveries/{delivery_id}", response_model=DeliveryOut)
-async def get_delivery(delivery_id: int, service: Service, user: UserId) -> DeliveryOut:
+async def get_delivery(delivery_id: DeliveryId, service: Service, user: UserId) -> DeliveryOut:
     """One delivery with the document it sends."""
     delivery = await service.store.get_delivery(user, delivery_id)
     event = await service.store.get_event(user, delivery.event_id)
     return DeliveryOut.of(delivery, Notification.model_validate_json(event.payload))
 
 
-@router.post("/deliveries/{delivery_id}/retry", response_model=DeliveryOut)
-async def retry_delivery(delivery_id: int, service: Service, user: UserId) -> DeliveryOut:
+@router.post("/deliveries/{delivery_id}/retry", response_model=DeliveryOut,
+             responses=problem_responses(409))
+async def retry_delivery(delivery_id: DeliveryId, service: Service, user: UserId) -> DeliveryOut:
     """Send a failed (or pending) delivery again now, retried for a new window; 409 if it
     was delivered or its target is disabled."""
     return DeliveryOut.of(await service.retry_delivery(user, delivery_id))
@@ -111,9 +114,10 @@ async def list_targets(service: Service, user: UserId) -> list[TargetOut]:
     return [TargetOut.of(t) for t in await service.store.list_targets(user)]
 
 
-@router.post("/targets/{target_id}/secret", response_model=TargetOut)
+@router.post("/targets/{target_id}/secret", response_model=TargetOut,
+             responses=problem_responses(409))
 async def rotate_secret(
-    target_id: int, service: Service, user: UserId, body: SecretRotationIn | None = None
+    target_id: TargetId, service: Service, user: UserId, body: SecretRotationIn | None = None
 ) -> TargetOut:
     """A new secret for a webhook target, shown once; the previous one keeps signing (a
     second signature) for the overlap."""
@@ -122,6 +126,6 @@ async def rotate_secret(
 
 
 @router.post("/targets/{target_id}/enable", response_model=TargetOut)
-async def enable_target(target_id: int, service: Service, user: UserId) -> TargetOut:
+async def enable_target(target_id: TargetId, service: Service, user: UserId) -> TargetOut:
     """Enable a target disabled by a 410 Gone (then retry its dead letters)."""
     return TargetOut.of(await service.enable_target(user, target_id))

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response, status
 
 from proxy.api.deps import Service, UserId
+from proxy.api.limits import ProfileId
+from proxy.api.problems import problem_responses
 from proxy.api.schemas import (
     CapturedEntryOut,
     CeiOut,
@@ -22,7 +24,8 @@ Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0)]
 
 
-@router.post("/profiles", status_code=status.HTTP_201_CREATED, response_model=ProfileOut)
+@router.post("/profiles", status_code=status.HTTP_201_CREATED, response_model=ProfileOut,
+             responses=problem_responses(409))
 async def create_profile(body: ProfileSpec, service: Service, user: UserId) -> ProfileOut:
     """Create a profile; rules name feeds by their ids (as strings or numbers in JSON strings)."""
     return ProfileOut.of(await service.create_profile(user, body))
@@ -34,26 +37,26 @@ async def list_profiles(service: Service, user: UserId) -> list[ProfileOut]:
 
 
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)
-async def get_profile(profile_id: int, service: Service, user: UserId) -> ProfileOut:
+async def get_profile(profile_id: ProfileId, service: Service, user: UserId) -> ProfileOut:
     return ProfileOut.of(await service.store.get_profile(user, profile_id))
 
 
-@router.put("/profiles/{profile_id}", response_model=ProfileOut)
+@router.put("/profiles/{profile_id}", response_model=ProfileOut, responses=problem_responses(409))
 async def replace_profile(
-    profile_id: int, body: ProfileSpec, service: Service, user: UserId
+    profile_id: ProfileId, body: ProfileSpec, service: Service, user: UserId
 ) -> ProfileOut:
     return ProfileOut.of(await service.replace_profile(user, profile_id, body))
 
 
 @router.delete("/profiles/{profile_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_profile(profile_id: int, service: Service, user: UserId) -> Response:
+async def delete_profile(profile_id: ProfileId, service: Service, user: UserId) -> Response:
     await service.delete_profile(user, profile_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/profiles/{profile_id}/ceis", response_model=list[CeiOut])
 async def list_ceis(
-    profile_id: int,
+    profile_id: ProfileId,
     service: Service,
     user: UserId,
     state: Literal["pending", "captured", "missed"] | None = None,
@@ -68,7 +71,7 @@ async def list_ceis(
 
 @router.get("/profiles/{profile_id}/entries", response_model=list[CapturedEntryOut])
 async def captured_entries(
-    profile_id: int, service: Service, user: UserId, limit: Limit = 50, offset: Offset = 0
+    profile_id: ProfileId, service: Service, user: UserId, limit: Limit = 50, offset: Offset = 0
 ) -> list[CapturedEntryOut]:
     """Entries first seen by probes that captured EIs of the profile's CEIs, newest first."""
     entries = await service.store.captured_entries(user, profile_id, limit=limit, offset=offset)
