@@ -223,14 +223,14 @@ async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _field_errors(errors: Any) -> list[dict[str, Any]]:
-    out = []
-    for err in errors:
-        out.append({
+    return [
+        {
             "loc": [p if isinstance(p, int) else str(p) for p in err.get("loc", ())],
             "msg": str(err.get("msg", "")),
             "type": str(err.get("type", "value_error")),
-        })
-    return out
+        }
+        for err in errors
+    ]
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
