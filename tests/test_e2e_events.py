@@ -133,15 +133,15 @@ async def test_events_and_deliveries_are_each_users_own(database_url: str) -> No
         did, tid = alice_delivery["id"], alice_delivery["target_id"]
         # Bob sees none of Alice's deliveries, targets or events: her ids are "not found".
         c = px.client
-        assert (await c.get("/api/v1/deliveries", headers=bob)).json() == []
-        assert (await c.get("/api/v1/deliveries", headers=bob, params={"state": "delivered"})).json() == []
+        assert (await c.get("/api/v1/deliveries", headers=bob)).json()["items"] == []
+        assert (await c.get("/api/v1/deliveries", headers=bob, params={"state": "delivered"})).json()["items"] == []
         assert (await c.get(f"/api/v1/deliveries/{did}", headers=bob)).status_code == 404
         assert (await c.post(f"/api/v1/deliveries/{did}/retry", headers=bob)).status_code == 404
-        assert (await c.get("/api/v1/targets", headers=bob)).json() == []
+        assert (await c.get("/api/v1/targets", headers=bob)).json()["items"] == []
         assert (await c.post(f"/api/v1/targets/{tid}/secret", headers=bob)).status_code == 404
         assert (await c.post(f"/api/v1/targets/{tid}/enable", headers=bob)).status_code == 404
-        assert (await c.get("/api/v1/events/recent", headers=bob)).json() == []
-        assert (await c.get("/api/v1/events/recent", headers=px.auth)).json()
+        assert (await c.get("/api/v1/events/recent", headers=bob)).json()["items"] == []
+        assert (await c.get("/api/v1/events/recent", headers=px.auth)).json()["items"]
         # No key: 401 on every route.
         for path in ("/api/v1/events", "/api/v1/deliveries", "/api/v1/targets"):
             r = await c.get(path)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from proxy.api.deps import Service, UserId
 from proxy.api.limits import FeedId
+from proxy.api.paging import Cursor, Limit, Page, decode_cursor, page
 from proxy.api.problems import problem_responses
 from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, UpdateModelOut
 
@@ -29,10 +30,18 @@ async def register_feed(body: FeedIn, service: Service, user: UserId, response: 
     return FeedOut.of(registered)
 
 
-@router.get("", response_model=list[FeedOut])
-async def list_feeds(service: Service, user: UserId) -> list[FeedOut]:
-    """Your feeds with their health: last probe, outcome, consecutive errors, next allowed time."""
-    return [FeedOut.of(r) for r in await service.store.list_registered_feeds(user)]
+@router.get("", response_model=Page[FeedOut])
+async def list_feeds(
+    service: Service, user: UserId, request: Request, response: Response,
+    limit: Limit = 100, cursor: Cursor = None,
+) -> Page[FeedOut]:
+    """Your feeds by id, with their health: last probe, outcome, consecutive errors, next
+    allowed time. One page (docs/api.md, "Lists")."""
+    after = decode_cursor(cursor, "cursor", (int,))
+    rows = await service.store.list_registered_feeds(
+        user, limit=limit + 1, after_id=after[0] if after else None)
+    return page(rows, FeedOut.of, lambda r: [r.feed.id], request=request, response=response,
+                limit=limit, total=await service.store.count_registered_feeds(user))
 
 
 @router.get("/{feed_id}", response_model=FeedOut)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from proxy.api.deps import Service, UserId
 from proxy.api.limits import ProfileId
+from proxy.api.paging import Cursor, Limit, Page, Since, decode_cursor, page, parse_since
 from proxy.api.problems import problem_responses
 from proxy.api.schemas import (
     CapturedEntryOut,
@@ -20,8 +21,9 @@ from proxy.rules import ProfileSpec
 
 router = APIRouter(prefix="/api/v1", tags=["profiles"])
 
-Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
+After = Annotated[str | None, Query(
+    max_length=200, description="Opaque: a `cursor` handed out with `since` or `after`; "
+                                "only what came after it, oldest first.")]
 
 
 @router.post("/profiles", status_code=status.HTTP_201_CREATED, response_model=ProfileOut,
@@ -31,9 +33,17 @@ async def create_profile(body: ProfileSpec, service: Service, user: UserId) -> P
     return ProfileOut.of(await service.create_profile(user, body))
 
 
-@router.get("/profiles", response_model=list[ProfileOut])
-async def list_profiles(service: Service, user: UserId) -> list[ProfileOut]:
-    return [ProfileOut.of(p) for p in await service.store.list_profiles(user)]
+@router.get("/profiles", response_model=Page[ProfileOut])
+async def list_profiles(
+    service: Service, user: UserId, request: Request, response: Response,
+    limit: Limit = 100, cursor: Cursor = None,
+) -> Page[ProfileOut]:
+    """Your profiles by id, one page (docs/api.md, "Lists")."""
+    after = decode_cursor(cursor, "cursor", (int,))
+    rows = await service.store.list_profiles(user, limit=limit + 1,
+                                             after_id=after[0] if after else None)
+    return page(rows, ProfileOut.of, lambda p: [p.id], request=request, response=response,
+                limit=limit, total=await service.store.count_profiles(user))
 
 
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)
@@ -54,28 +64,74 @@ async def delete_profile(profile_id: ProfileId, service: Service, user: UserId) 
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/profiles/{profile_id}/ceis", response_model=list[CeiOut])
+@router.get("/profiles/{profile_id}/ceis", response_model=Page[CeiOut])
 async def list_ceis(
     profile_id: ProfileId,
     service: Service,
     user: UserId,
+    request: Request,
+    response: Response,
     state: Literal["pending", "captured", "missed"] | None = None,
     limit: Limit = 100,
-    offset: Offset = 0,
-) -> list[CeiOut]:
-    """The profile's CEIs (newest first) with their EIs' windows and capture times."""
-    ceis = await service.store.list_ceis(user, profile_id, state, limit=limit, offset=offset)
+    cursor: Cursor = None,
+    since: Since = None,
+    after: After = None,
+) -> Page[CeiOut]:
+    """The profile's CEIs with their EIs' windows and capture times, newest first.
+
+    With ``since`` (resolved at or after) or ``after`` (a ``cursor`` this list handed out
+    in that mode): the resolved CEIs only, in the order they were resolved, oldest first;
+    ``cursor`` is then always set: pass it as ``after`` next time to read each once."""
     start_of = service.clock.start_of
-    return [cei_out(c, start_of) for c in ceis]
+    when = parse_since(since)
+    if when is not None or after is not None:
+        position = decode_cursor(after, "after", (int,))
+        start = position[0] if position else 0
+        resolved = await service.store.resolved_ceis(
+            user, profile_id, after_event=start, since=when, state=state, limit=limit + 1)
+        return page(resolved, lambda r: cei_out(r[1], start_of), lambda r: [r[0]],
+                    request=request, response=response, limit=limit, param="after",
+                    start=[start])
+    before = decode_cursor(cursor, "cursor", (int, str))
+    ceis = await service.store.list_ceis(
+        user, profile_id, state, limit=limit + 1,
+        before=(before[0], before[1]) if before else None)
+    return page(ceis, lambda c: cei_out(c, start_of), lambda c: [c.release, c.id],
+                request=request, response=response, limit=limit,
+                total=await service.store.count_ceis(user, profile_id, state))
 
 
-@router.get("/profiles/{profile_id}/entries", response_model=list[CapturedEntryOut])
+@router.get("/profiles/{profile_id}/entries", response_model=Page[CapturedEntryOut])
 async def captured_entries(
-    profile_id: ProfileId, service: Service, user: UserId, limit: Limit = 50, offset: Offset = 0
-) -> list[CapturedEntryOut]:
-    """Entries first seen by probes that captured EIs of the profile's CEIs, newest first."""
-    entries = await service.store.captured_entries(user, profile_id, limit=limit, offset=offset)
-    return [CapturedEntryOut.of(e) for e in entries]
+    profile_id: ProfileId,
+    service: Service,
+    user: UserId,
+    request: Request,
+    response: Response,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    since: Since = None,
+    after: After = None,
+) -> Page[CapturedEntryOut]:
+    """Entries first seen by probes that captured EIs of the profile's CEIs, newest first.
+
+    With ``since`` (first seen at or after) or ``after``: oldest first, and ``cursor`` is
+    always set: pass it as ``after`` next time to read each entry once."""
+    when = parse_since(since)
+    store = service.store
+    if when is not None or after is not None:
+        position = decode_cursor(after, "after", (int, int))
+        start = (position[0], position[1]) if position else (0, 0)
+        rows = await store.captured_entries(user, profile_id, limit=limit + 1, after=start,
+                                            since=when)
+        return page(rows, CapturedEntryOut.of, lambda e: [e.entry.id, e.ei_id],
+                    request=request, response=response, limit=limit, param="after",
+                    start=list(start))
+    before = decode_cursor(cursor, "cursor", (int, int))
+    rows = await store.captured_entries(user, profile_id, limit=limit + 1,
+                                        before=(before[0], before[1]) if before else None)
+    return page(rows, CapturedEntryOut.of, lambda e: [e.entry.id, e.ei_id],
+                request=request, response=response, limit=limit)
 
 
 @router.get("/metrics/summary", response_model=MetricsSummaryOut, tags=["metrics"])
