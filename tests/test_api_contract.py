@@ -334,3 +334,15 @@ async def test_the_docs_load_with_no_network_every_asset_served_by_the_proxy(
             if url == "/openapi.json":
                 assert asset.json()["info"]["title"] == "Monitoring proxy"
         assert "/openapi.json" in refs
+
+
+async def test_a_database_failure_is_a_503_that_names_no_driver_internals(sqlite_url: str) -> None:
+    async with _api(sqlite_url) as api:
+        service_store = api.http._transport.app.state.service.store  # type: ignore[attr-defined]
+        async with service_store.engine.begin() as conn:
+            await conn.exec_driver_sql("ALTER TABLE profiles RENAME TO profiles_gone")
+        r = await api.call("GET", "/api/v1/profiles")
+        body = assert_problem(r, 503, api, "GET", "/api/v1/profiles")
+        assert body["type"].endswith(":unavailable")
+        assert "profiles" not in body["detail"] and "sqlite" not in body["detail"].lower()
+        assert body["detail"] == "the database is unavailable; try again shortly"

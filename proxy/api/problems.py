@@ -88,6 +88,13 @@ class Problem(BaseModel):
         None, description="422 only: one item per offending field.")
 
 
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
 def problem(
     status: int,
     detail: str,
@@ -99,7 +106,7 @@ def problem(
     """An ``application/problem+json`` response."""
     body: dict[str, Any] = {
         "type": TYPE_PREFIX + (kind or _SLUGS.get(status, f"http-{status}")),
-        "title": HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error",
+        "title": _phrase(status),
         "status": status,
         "detail": detail,
     }
@@ -123,7 +130,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` declaring ``statuses`` with the problem-details body."""
     return {
         status: {
-            "description": _DESCRIPTIONS.get(status, HTTPStatus(status).phrase),
+            "description": _DESCRIPTIONS.get(status, _phrase(status)),
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
         for status in statuses
@@ -243,7 +250,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     status = exc.status_code
-    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
+    detail = exc.detail if isinstance(exc.detail, str) else _phrase(status)
     if status == 400:
         # FastAPI answers 400 when a body cannot be read as its content type says (bytes that
         # are not UTF-8 under application/json): invalid input like any other, so a 422.

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -475,12 +475,11 @@ class ProbesAndMetrics(ProfilesAndCeis):
             .limit(limit)
             .offset(offset)
         )
-        if before is not None:
+        if before is not None:  # newest entry first, then its EIs in order
             stmt = stmt.where(or_(EntryRow.id < before[0],
                                   and_(EntryRow.id == before[0], CaptureRow.ei_id > before[1])))
         if after is not None:
-            stmt = stmt.where(or_(EntryRow.id > after[0],
-                                  and_(EntryRow.id == after[0], CaptureRow.ei_id > after[1])))
+            stmt = stmt.where(tuple_(EntryRow.id, CaptureRow.ei_id) > tuple_(*after))
         if since is not None:
             stmt = stmt.where(EntryRow.first_seen_at >= since)
         async with self._tx() as conn:

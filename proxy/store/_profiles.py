@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Select, Table, and_, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -636,9 +636,9 @@ class ProfilesAndCeis(Outbox):
         if state is not None:
             where = and_(where, CeiRow.state == _check_state(state))
         if before is not None:
-            release, cei_id = before
-            where = and_(where, or_(CeiRow.release < release,
-                                    and_(CeiRow.release == release, CeiRow.id < cei_id)))
+            # A row-value comparison, not an OR of two: both SQLite and PostgreSQL seek the
+            # (profile_id, release, id) index with it.
+            where = and_(where, tuple_(CeiRow.release, CeiRow.id) < tuple_(*before))
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
             return await self._load_ceis(conn, where, limit=limit, offset=offset, newest_first=True)
