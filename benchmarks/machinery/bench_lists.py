@@ -164,10 +164,12 @@ async def main(args: argparse.Namespace) -> str:
     lines += [f"| {op} | " + " | ".join(results[b].get(op, "—") for b in backends) + " |" for op in ops]
     lines += [
         "",
-        "What it means: a page cut by its cursor on an index (`ix_ceis_profile_id_release_id`,",
-        "migration 0008) costs about what the first page does however deep it is, where the",
-        "`offset` the API took before had the database walk every row before the page; a",
-        "poller's `?after=` call with nothing new is one index probe.",
+        "What it means: the store's query for a deep page, cut by its keyset on the index",
+        "`ix_ceis_profile_id_release_id` (migration 0008), costs what a first page does, where",
+        "the `offset` the API took before walks every row in front of the page. Through the",
+        "whole app the CEI pages include their `total` (an indexed count); a poller's",
+        "`?after=` call with nothing new is one index probe. On a loaded machine the spread",
+        "between rows of the same kind is mostly that load.",
         "",
         "Command: `.venv/bin/python benchmarks/machinery/bench_lists.py`.",
         "",
