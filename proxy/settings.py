@@ -168,6 +168,12 @@ class Settings(BaseSettings):
         le=1024**3,
         description="Largest feed body read; longer bodies fail the probe.",
     )
+    max_request_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=1024 * 1024 * 1024,
+        description="Largest API request body; a longer one answers 413 before it is read whole.",
+    )
     http_connect_timeout_seconds: float = Field(
         default=5.0, ge=MIN_TIMEOUT, le=HOUR, description="Timeout for opening a connection to a feed host."
     )

@@ -67,8 +67,8 @@ async def test_a_key_sees_only_its_own_profiles(api: Api) -> None:
     r = await api.client.post("/api/v1/profiles", json=motivating(mish, cnn, money), headers=api.h())
     assert r.status_code == 201, r.text
     pid = r.json()["id"]
-    assert [p["id"] for p in (await api.client.get("/api/v1/profiles", headers=api.h())).json()] == [pid]
-    assert (await api.client.get("/api/v1/profiles", headers=api.h("bob"))).json() == []
+    assert [p["id"] for p in (await api.client.get("/api/v1/profiles", headers=api.h())).json()["items"]] == [pid]
+    assert (await api.client.get("/api/v1/profiles", headers=api.h("bob"))).json()["items"] == []
     for method, path in [("GET", f"/api/v1/profiles/{pid}"), ("GET", f"/api/v1/profiles/{pid}/ceis"),
                          ("GET", f"/api/v1/profiles/{pid}/entries"), ("DELETE", f"/api/v1/profiles/{pid}")]:
         r = await api.client.request(method, path, headers=api.h("bob"))
@@ -115,7 +115,7 @@ async def test_auctionwatch_body_is_accepted_and_pings_open_its_ceis(api: Api) -
     r = await api.client.post(f"/api/v1/feeds/{b['id']}/ping", params={"token": b["ping_token"]})
     assert r.status_code == 202
     await api.service.flush()
-    ceis = (await api.client.get(f"/api/v1/profiles/{pid}/ceis", headers=api.h())).json()
+    ceis = (await api.client.get(f"/api/v1/profiles/{pid}/ceis", headers=api.h())).json()["items"]
     assert len(ceis) == 1
     cei = ceis[0]
     assert cei["state"] == "pending" and cei["sealed"] is False
@@ -162,11 +162,11 @@ async def test_bad_profiles_answer_422_naming_the_field_and_lose_nothing(
                                     else bad, headers=api.h()),
               await api.client.put(f"/api/v1/profiles/{pid}", json=bad, headers=api.h())):
         assert r.status_code == 422, r.text
-        detail = r.json()["detail"]
+        detail = r.json()["errors"]
         assert any(d["loc"] == loc and reason in d["msg"] for d in detail), detail
     after = (await api.client.get(f"/api/v1/profiles/{pid}", headers=api.h())).json()
     assert after == before
-    assert len((await api.client.get("/api/v1/profiles", headers=api.h())).json()) == 1
+    assert len((await api.client.get("/api/v1/profiles", headers=api.h())).json()["items"]) == 1
 
 
 async def test_feed_registration_and_deletion(api: Api) -> None:
@@ -212,7 +212,7 @@ async def test_private_addresses_are_refused_unless_allowed(sqlite_url: str) -> 
             r = await c.post("/api/v1/feeds", json={"url": "http://127.0.0.1/feed.xml"},
                              headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == 422
-            (detail,) = r.json()["detail"]
+            (detail,) = r.json()["errors"]
             assert detail["loc"] == ["body", "url"] and "refused" in detail["msg"]
             assert await service.store.list_feeds() == []
 

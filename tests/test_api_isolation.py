@@ -64,13 +64,13 @@ async def test_every_feed_route_answers_404_for_another_users_feed(users: Users)
     bobs_own = await users.register("bob", "http://127.0.0.1:9/bob.xml")
     missing = 424242
 
-    assert [f["id"] for f in (await users.call("bob", "GET", "/api/v1/feeds")).json()] == [bobs_own["id"]]
+    assert [f["id"] for f in (await users.call("bob", "GET", "/api/v1/feeds")).json()["items"]] == [bobs_own["id"]]
     for feed_id in (fid, missing):  # another user's feed and no feed at all answer alike
         for method, path in [("GET", f"/api/v1/feeds/{feed_id}"), ("DELETE", f"/api/v1/feeds/{feed_id}"),
                              ("POST", f"/api/v1/feeds/{feed_id}/ping-token")]:
             r = await users.call("bob", method, path)
             assert r.status_code == 404, (method, path, r.text)
-            assert r.json() == {"detail": f"feed {feed_id} not found"}
+            assert r.json()["detail"] == f"feed {feed_id} not found"
     # Bob's token does not open Alice's feed; a feed with no such registration is 404.
     r = await users.client.post(f"/api/v1/feeds/{fid}/ping", headers={"X-Ping-Token": bobs_own["ping_token"]})
     assert r.status_code == 401
@@ -81,7 +81,7 @@ async def test_every_feed_route_answers_404_for_another_users_feed(users: Users)
     for feed_id in (fid, missing):
         r = await users.call("bob", "POST", "/api/v1/profiles", json=_watch(bobs_own["id"], feed_id))
         assert r.status_code == 422, r.text
-        (detail,) = r.json()["detail"]
+        (detail,) = r.json()["errors"]
         assert detail["loc"] == ["body", "rules", 0, "watch", "feeds", 1]
         assert detail["msg"] == f"rules.0.watch.feeds.1: unknown feed '{feed_id}'"
     pid = (await users.call("bob", "POST", "/api/v1/profiles", json=_watch(bobs_own["id"]))).json()["id"]
@@ -118,7 +118,7 @@ async def test_secrets_stay_out_of_other_users_responses_logs_and_metrics(
         await users.call("alice", "DELETE", f"/api/v1/feeds/{alice_creds['id']}")  # 409: her profile
         metrics = (await users.client.get("/metrics")).text
     # The owner sees her own URLs, secrets and all.
-    mine = {f["id"]: f["url"] for f in (await users.call("alice", "GET", "/api/v1/feeds")).json()}
+    mine = {f["id"]: f["url"] for f in (await users.call("alice", "GET", "/api/v1/feeds")).json()["items"]}
     assert mine == {alice["id"]: ALICE_URL, alice_creds["id"]: ALICE_CREDENTIALS_URL}
     assert [e["event"] for e in logs if e["event"] == "feed_added"] == ["feed_added"] * 3
     for secret in (SECRET, PASSWORD, alice["ping_token"]):
@@ -146,7 +146,7 @@ async def test_one_url_two_users_one_feed_and_pings_per_registration(users: User
 
     async def ceis(user: str, pid: int) -> int:
         await users.service.flush()
-        return len((await users.call(user, "GET", f"/api/v1/profiles/{pid}/ceis")).json())
+        return len((await users.call(user, "GET", f"/api/v1/profiles/{pid}/ceis")).json()["items"])
 
     # Each token pings for its own user only.
     r = await users.client.post(f"/api/v1/feeds/{fid}/ping", headers={"X-Ping-Token": alice["ping_token"]})
@@ -172,11 +172,11 @@ async def test_one_url_two_users_one_feed_and_pings_per_registration(users: User
     # Alice's 409 names only her profile; then her deletion leaves Bob's registration working.
     r = await users.call("alice", "DELETE", f"/api/v1/feeds/{fid}")
     assert r.status_code == 409
-    assert r.json() == {"detail": f"feed {fid} is still read by the rules of your profile(s): a"}
+    assert r.json()["detail"] == f"feed {fid} is still read by the rules of your profile(s): a"
     assert (await users.call("alice", "DELETE", f"/api/v1/profiles/{pa}")).status_code == 204
     assert (await users.call("alice", "DELETE", f"/api/v1/feeds/{fid}")).status_code == 204
     assert (await users.call("alice", "GET", f"/api/v1/feeds/{fid}")).status_code == 404
-    assert (await users.call("alice", "GET", "/api/v1/feeds")).json() == []
+    assert (await users.call("alice", "GET", "/api/v1/feeds")).json()["items"] == []
     r = await users.client.post(f"/api/v1/feeds/{fid}/ping", headers={"X-Ping-Token": new})
     assert r.status_code == 401
     assert (await users.call("bob", "GET", f"/api/v1/feeds/{fid}")).status_code == 200

@@ -18,7 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from proxy.api._admission import Admission
-from proxy.api._cache import ListCache, ResponseCache, TtlMap
+from proxy.api._cache import ResponseCache, TtlMap
 from tests.test_api import Api, _feeds, api  # noqa: F401  (api is a fixture)
 from tests.test_e2e_support import motivating
 
@@ -88,52 +88,6 @@ async def test_a_cancelled_reader_does_not_cancel_the_shared_build() -> None:
     assert first.cancelled()
 
 
-async def test_list_cache_is_amended_by_writes_and_reloaded_when_old() -> None:
-    clock = FakeClock()
-    lists = ListCache(clock=clock)
-    stored = {1: b'{"id":1}', 2: b'{"id":2}'}
-
-    async def load() -> list[tuple[int, bytes]]:
-        return sorted(stored.items())
-
-    assert await lists.get("u", 1.0, load) == b'[{"id":1},{"id":2}]'
-    lists.put("u", 3, b'{"id":3}')
-    lists.drop("u", 1)
-    lists.put("u", 2, b'{"id":2,"v":2}')
-    assert await lists.get("u", 1.0, load) == b'[{"id":2,"v":2},{"id":3}]'
-    assert lists.builds == 1
-    clock.now += 1.0
-    # Too old: the amended listing is served at once while it reloads in the background…
-    assert await lists.get("u", 1.0, load) == b'[{"id":2,"v":2},{"id":3}]'
-    for _ in range(5):
-        await asyncio.sleep(0)
-    # …and what the store holds (another process's view) shows next.
-    assert lists.builds == 2
-    assert await lists.get("u", 1.0, load) == b'[{"id":1},{"id":2}]'
-
-
-async def test_list_cache_applies_writes_that_land_during_a_load() -> None:
-    lists = ListCache(clock=FakeClock())
-    gate = asyncio.Event()
-    stored = {1: b"1"}
-
-    async def load() -> list[tuple[int, bytes]]:
-        snapshot = sorted(stored.items())
-        await gate.wait()
-        return snapshot
-
-    pending = asyncio.ensure_future(lists.get("u", 10.0, load))
-    for _ in range(5):  # until the load has read the store
-        await asyncio.sleep(0)
-    stored[2] = b"2"
-    lists.put("u", 2, b"2")  # no entry yet to amend: the load in flight read before it
-    lists.drop("u", 1)
-    gate.set()
-    # The writes made while it loaded are applied to what it loaded: read-your-writes.
-    assert await pending == b"[2]"
-    assert lists.builds == 1
-
-
 def test_ttl_map_expires_and_stays_bounded() -> None:
     clock = FakeClock()
     keys = TtlMap(1.0, max_entries=3, clock=clock)
@@ -178,21 +132,21 @@ async def test_admission_keeps_at_most_limit_requests_in_progress() -> None:
 
 async def test_listing_and_summary_show_the_clients_own_writes_at_once(api: Api) -> None:  # noqa: F811
     mish, cnn, money = await _feeds(api, 3)
-    assert (await api.client.get("/api/v1/profiles", headers=api.h())).json() == []
+    assert (await api.client.get("/api/v1/profiles", headers=api.h())).json()["items"] == []
     assert (await api.client.get("/api/v1/metrics/summary", headers=api.h())).json()["profiles"] == []
     body: Any = motivating(mish, cnn, money)
     created = (await api.client.post("/api/v1/profiles", json=body, headers=api.h())).json()
-    listed = (await api.client.get("/api/v1/profiles", headers=api.h())).json()
+    listed = (await api.client.get("/api/v1/profiles", headers=api.h())).json()["items"]
     assert listed == [created | {"new_targets": []}]
     summary = (await api.client.get("/api/v1/metrics/summary", headers=api.h())).json()
     assert [p["profile_id"] for p in summary["profiles"]] == [created["id"]]
     renamed = (await api.client.put(f"/api/v1/profiles/{created['id']}", json=body | {"name": "new"},
                                     headers=api.h())).json()
-    assert (await api.client.get("/api/v1/profiles", headers=api.h())).json() == [renamed]
+    assert (await api.client.get("/api/v1/profiles", headers=api.h())).json()["items"] == [renamed]
     assert (await api.client.delete(f"/api/v1/profiles/{created['id']}", headers=api.h())).status_code == 204
-    assert (await api.client.get("/api/v1/profiles", headers=api.h())).json() == []
+    assert (await api.client.get("/api/v1/profiles", headers=api.h())).json()["items"] == []
     # Another user's listing is its own.
-    assert (await api.client.get("/api/v1/profiles", headers=api.h("bob"))).json() == []
+    assert (await api.client.get("/api/v1/profiles", headers=api.h("bob"))).json()["items"] == []
 
 
 async def test_a_revoked_key_is_refused_once_its_remembered_second_is_over(api: Api) -> None:  # noqa: F811

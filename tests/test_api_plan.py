@@ -92,7 +92,7 @@ async def test_plan_needs_an_api_key(api: Client) -> None:
 async def test_absurd_plans_are_refused(api: Client, params: dict[str, Any]) -> None:
     r = await api.call("alice", "GET", "/api/v1/plan", params=params)
     assert r.status_code == 422, r.text
-    assert r.json()["detail"][0]["loc"] == ["query", next(iter(params))]
+    assert r.json()["errors"][0]["loc"] == ["query", next(iter(params))]
 
 
 async def test_a_user_without_profiles_gets_an_empty_plan(api: Client) -> None:

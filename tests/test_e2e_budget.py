@@ -70,9 +70,9 @@ async def _starved_run(database_url: str) -> None:
         assert m["proxy_chronon_budget_probes"] == 1
         assert m['proxy_ceis{state="missed"}'] >= 6
         # A missed CEI's trigger EI is missed too, and visible as such.
-        missed = (await px.get(f"/api/v1/profiles/{pids[0]}/ceis", params={"state": "missed"})).json()
+        missed = (await px.get(f"/api/v1/profiles/{pids[0]}/ceis", params={"state": "missed"})).json()["items"]
         captured = (await px.get(f"/api/v1/profiles/{pids[0]}/ceis",
-                                 params={"state": "captured"})).json()
+                                 params={"state": "captured"})).json()["items"]
         for cei in missed:
             assert [ei["state"] for ei in cei["eis"]] == ["missed"]
             assert cei["eis"][0]["start"] == cei["eis"][0]["finish"]

@@ -46,7 +46,7 @@ def rank_one(feed: int, targets: list[dict[str, Any]] | None = None, **rule: Any
 async def deliveries(px: Running, state: str | None = None) -> list[dict[str, Any]]:
     r = await px.get("/api/v1/deliveries", params={"state": state} if state else {})
     assert r.status_code == 200, r.text
-    rows: list[dict[str, Any]] = r.json()
+    rows: list[dict[str, Any]] = r.json()["items"]
     return rows
 
 
@@ -98,7 +98,7 @@ async def test_a_failing_receiver_that_recovers_gets_every_notification_signed_o
         rows = {d["msg_id"]: d for d in await deliveries(px)}
         assert all(rows[m]["state"] == "delivered" for m in snapshot)
         captured = {c["id"] for c in (await px.get(
-            f"/api/v1/profiles/{pid}/ceis", params={"state": "captured", "limit": 1000})).json()}
+            f"/api/v1/profiles/{pid}/ceis", params={"state": "captured", "limit": 1000})).json()["items"]}
         delivered_ceis = [d["cei_id"] for d in rows.values()]
         assert len(delivered_ceis) == len(set(delivered_ceis))  # one row per (CEI, target)
         assert {snapshot[m]["cei_id"] for m in snapshot} <= captured
@@ -149,7 +149,7 @@ async def test_a_410_disables_the_target_and_its_dead_letters_can_be_retried(dat
 
         dead = (await eventually(failed, within=10, what="a dead letter"))
         assert any("410" in (d["last_error"] or "") for d in dead)
-        (target,) = (await px.get("/api/v1/targets")).json()
+        (target,) = (await px.get("/api/v1/targets")).json()["items"]
         assert target["disabled"] and "410 Gone" in target["disabled_reason"]
         assert target["secret"] is None  # never listed
         # Later resolutions are dead letters at once, saying why; nothing more is sent.
@@ -214,5 +214,5 @@ async def test_the_loop_keeps_its_pace_while_a_receiver_hangs(database_url: str)
         elapsed = time.monotonic() - started
         assert loop.ticks - before >= 0.8 * elapsed / settings.chronon_seconds
         assert rx.requests  # it was being tried meanwhile
-        captured = (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()
+        captured = (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()["items"]
         assert captured

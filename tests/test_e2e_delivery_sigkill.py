@@ -81,7 +81,7 @@ async def test_sigkill_between_commit_and_acknowledgement_still_delivers(tmp_pat
 
             async def settled() -> bool:
                 rows = {d["msg_id"]: d for d in (await api.get(
-                    "/api/v1/deliveries", params={"limit": 1000})).json()}
+                    "/api/v1/deliveries", params={"limit": 1000})).json()["items"]}
                 return all(rows[m]["state"] == "delivered" for m in before)
 
             await eventually(settled, within=10, what="the rows marked delivered")

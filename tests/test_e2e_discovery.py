@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 async def _ceis(px: Running, profile: int, state: str | None = None) -> list[dict[str, Any]]:
     r = await px.get(f"/api/v1/profiles/{profile}/ceis", params={"state": state} if state else {})
     assert r.status_code == 200, r.text
-    ceis: list[dict[str, Any]] = r.json()
+    ceis: list[dict[str, Any]] = r.json()["items"]
     return ceis
 
 
@@ -106,7 +106,7 @@ async def test_update_models_are_learnt_shown_and_restored_after_a_restart(datab
             assert model["kind"] in {"prior", "poisson", "seasonal", "periodic"}
             assert 0.2 < model["rate_per_hour"] < 5  # about one an hour, shrunk toward the prior
             assert model["next_expected_at"] is not None
-            listed = (await px.get("/api/v1/feeds")).json()
+            listed = (await px.get("/api/v1/feeds")).json()["items"]
             assert all(f["update_model"] is None for f in listed)  # only the single-feed route
             await px.service.save_update_models()
             kinds = {k: v for k, v in parse_metrics((await px.client.get("/metrics")).text).items()

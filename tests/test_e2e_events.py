@@ -133,15 +133,15 @@ async def test_events_and_deliveries_are_each_users_own(database_url: str) -> No
         did, tid = alice_delivery["id"], alice_delivery["target_id"]
         # Bob sees none of Alice's deliveries, targets or events: her ids are "not found".
         c = px.client
-        assert (await c.get("/api/v1/deliveries", headers=bob)).json() == []
-        assert (await c.get("/api/v1/deliveries", headers=bob, params={"state": "delivered"})).json() == []
+        assert (await c.get("/api/v1/deliveries", headers=bob)).json()["items"] == []
+        assert (await c.get("/api/v1/deliveries", headers=bob, params={"state": "delivered"})).json()["items"] == []
         assert (await c.get(f"/api/v1/deliveries/{did}", headers=bob)).status_code == 404
         assert (await c.post(f"/api/v1/deliveries/{did}/retry", headers=bob)).status_code == 404
-        assert (await c.get("/api/v1/targets", headers=bob)).json() == []
+        assert (await c.get("/api/v1/targets", headers=bob)).json()["items"] == []
         assert (await c.post(f"/api/v1/targets/{tid}/secret", headers=bob)).status_code == 404
         assert (await c.post(f"/api/v1/targets/{tid}/enable", headers=bob)).status_code == 404
-        assert (await c.get("/api/v1/events/recent", headers=bob)).json() == []
-        assert (await c.get("/api/v1/events/recent", headers=px.auth)).json()
+        assert (await c.get("/api/v1/events/recent", headers=bob)).json()["items"] == []
+        assert (await c.get("/api/v1/events/recent", headers=px.auth)).json()["items"]
         # No key: 401 on every route.
         for path in ("/api/v1/events", "/api/v1/deliveries", "/api/v1/targets"):
             r = await c.get(path)
@@ -169,30 +169,30 @@ async def test_webhook_targets_obey_the_ssrf_guard_and_name_the_field(database_u
                 **rank_one(feed, None, notify=[{"webhook": "http://10.1.2.3/h"}]), "name": "p2"})
             if not allowed:
                 assert r.status_code == 422, r.text
-                (err,) = r.json()["detail"]
+                (err,) = r.json()["errors"]
                 assert err["loc"] == ["body", "notify", 0, "webhook"]
                 assert "loopback address 127.0.0.1" in err["msg"]
                 assert r2.status_code == 422
-                assert r2.json()["detail"][0]["loc"] == ["body", "rules", 0, "notify", 0, "webhook"]
-                assert "private address 10.1.2.3" in r2.json()["detail"][0]["msg"]
+                assert r2.json()["errors"][0]["loc"] == ["body", "rules", 0, "notify", 0, "webhook"]
+                assert "private address 10.1.2.3" in r2.json()["errors"][0]["msg"]
             else:
                 assert r.status_code == 201 and r2.status_code == 201, (r.text, r2.text)
             # Never, whatever the setting: link-local (cloud metadata), non-http schemes.
             for url, why in (("http://169.254.169.254/latest", "link-local"),
                              ("ftp://example.org/x", "scheme")):
                 r = await px.post("/api/v1/profiles", {**rank_one(feed, [{"webhook": url}]), "name": "p3"})
-                assert r.status_code == 422 and why in r.json()["detail"][0]["msg"], r.text
+                assert r.status_code == 422 and why in r.json()["errors"][0]["msg"], r.text
             # Apprise: an unknown scheme; a json:// host is guarded like a webhook.
             r = await px.post("/api/v1/profiles", {**rank_one(feed, [{"apprise": "nosuch://x"}]), "name": "p4"})
             assert r.status_code == 422
-            assert r.json()["detail"][0]["loc"] == ["body", "notify", 0, "apprise"]
+            assert r.json()["errors"][0]["loc"] == ["body", "notify", 0, "apprise"]
             r = await px.post("/api/v1/profiles", {**rank_one(feed, [{"apprise": "json://127.0.0.1:9/x"}]), "name": "p5"})
             assert r.status_code == (201 if allowed else 422), r.text
             # Shape errors come from the schema, naming the field too.
             r = await px.post("/api/v1/profiles", {**rank_one(feed, [{"webhook": private, "events": ["sent"]}]), "name": "p6"})
-            assert r.status_code == 422 and r.json()["detail"][0]["loc"][:4] == ["body", "notify", 0, "events"]
+            assert r.status_code == 422 and r.json()["errors"][0]["loc"][:4] == ["body", "notify", 0, "events"]
             r = await px.post("/api/v1/profiles", {**rank_one(feed, [{"webhook": private, "apprise": "json://h"}]), "name": "p7"})
-            assert r.status_code == 422 and "exactly one of" in r.json()["detail"][0]["msg"]
+            assert r.status_code == 422 and "exactly one of" in r.json()["errors"][0]["msg"]
 
 
 async def test_rotation_signs_with_both_secrets_during_the_overlap(database_url: str) -> None:

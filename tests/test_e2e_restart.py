@@ -21,14 +21,14 @@ pytestmark = pytest.mark.slow
 
 
 async def _snapshot(px: Running, pid: int) -> dict[str, Any]:
-    ceis = (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"limit": 1000})).json()
-    feeds = (await px.get("/api/v1/feeds")).json()
+    ceis = (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"limit": 1000})).json()["items"]
+    feeds = (await px.get("/api/v1/feeds")).json()["items"]
     return {
-        "profiles": (await px.get("/api/v1/profiles")).json(),
+        "profiles": (await px.get("/api/v1/profiles")).json()["items"],
         "ceis": {c["id"]: c for c in ceis},
         "probes": {f["id"]: f["probes"] for f in feeds},
         "entries": {f["id"]: f["entries"] for f in feeds},
-        "captured_entries": (await px.get(f"/api/v1/profiles/{pid}/entries")).json(),
+        "captured_entries": (await px.get(f"/api/v1/profiles/{pid}/entries")).json()["items"],
     }
 
 
@@ -51,7 +51,7 @@ async def run_restart(settings: Settings) -> None:
 
             async def waiting() -> list[dict[str, Any]]:
                 ceis = (await px.get(f"/api/v1/profiles/{pid}/ceis",
-                                     params={"state": "pending"})).json()
+                                     params={"state": "pending"})).json()["items"]
                 return [c for c in ceis if len(c["eis"]) == 3
                         and c["eis"][0]["state"] == "captured"
                         and c["eis"][2]["state"] == "captured"]
@@ -81,7 +81,7 @@ async def run_restart(settings: Settings) -> None:
 
             async def goes_on() -> dict[str, Any] | None:
                 ceis = (await px.get(f"/api/v1/profiles/{pid}/ceis",
-                                     params={"state": "captured", "limit": 1000})).json()
+                                     params={"state": "captured", "limit": 1000})).json()["items"]
                 return next((c for c in ceis if c["id"] == pending["id"]), None)
 
             done = await eventually(goes_on, what="the restored CEI captured")

@@ -31,7 +31,7 @@ async def _ceis(px: Running, profile: int, state: str | None = None) -> list[dic
     params = {"state": state} if state else {}
     r = await px.get(f"/api/v1/profiles/{profile}/ceis", params=params)
     assert r.status_code == 200, r.text
-    ceis: list[dict[str, Any]] = r.json()
+    ceis: list[dict[str, Any]] = r.json()["items"]
     return ceis
 
 
@@ -85,7 +85,7 @@ async def run_motivating_example(database_url: str, **overrides: Any) -> None:
             assert ei["start"] == trigger["captured_chronon"]
             assert ei["finish"] - ei["start"] == 20
             assert ei["start"] <= ei["captured_chronon"] <= ei["finish"]
-        entries = (await px.get(f"/api/v1/profiles/{pid}/entries")).json()
+        entries = (await px.get(f"/api/v1/profiles/{pid}/entries")).json()["items"]
         assert any(e["title"] == "Oil prices jump" for e in entries), entries
         assert oil
 
@@ -101,7 +101,7 @@ async def run_motivating_example(database_url: str, **overrides: Any) -> None:
         assert states[ids["mish"]] == "captured"
         assert states[ids["cnn"]] == "missed"
 
-        feeds = {f["id"]: f for f in (await px.get("/api/v1/feeds")).json()}
+        feeds = {f["id"]: f for f in (await px.get("/api/v1/feeds")).json()["items"]}
         cnn = feeds[ids["cnn"]]
         assert cnn["last_outcome"] == "http_error"
         assert cnn["consecutive_errors"] >= 1

@@ -125,18 +125,18 @@ async def test_sigkill_loses_nothing_and_the_run_goes_on(tmp_path: Path) -> None
             farm.publish("mish", title="Oil shock", summary="oil")
 
             async def waiting() -> list[dict[str, Any]] | None:
-                ceis = (await api.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "pending"})).json()
+                ceis = (await api.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "pending"})).json()["items"]
                 found = [c for c in ceis if len(c["eis"]) == 3 and c["eis"][0]["state"] == "captured"
                          and c["eis"][2]["state"] == "captured"]
                 rank1 = (await api.get(f"/api/v1/profiles/{pid}/ceis",
-                                       params={"state": "captured"})).json()
+                                       params={"state": "captured"})).json()["items"]
                 return found if found and rank1 else None
 
             pending = (await eventually(waiting, within=30, what="an oil CEI waiting for cnn"))[0]
             before_ceis = {c["id"]: c for c in (await api.get(
-                f"/api/v1/profiles/{pid}/ceis", params={"limit": 1000})).json()}
-            before_feeds = {f["id"]: f for f in (await api.get("/api/v1/feeds")).json()}
-            before_entries = (await api.get(f"/api/v1/profiles/{pid}/entries")).json()
+                f"/api/v1/profiles/{pid}/ceis", params={"limit": 1000})).json()["items"]}
+            before_feeds = {f["id"]: f for f in (await api.get("/api/v1/feeds")).json()["items"]}
+            before_entries = (await api.get(f"/api/v1/profiles/{pid}/entries")).json()["items"]
             before_chronon = (await api.get("/readyz")).json()["chronon"]
             proc.kill()  # SIGKILL: no shutdown code runs
             await proc.wait()
@@ -147,23 +147,23 @@ async def test_sigkill_loses_nothing_and_the_run_goes_on(tmp_path: Path) -> None
         async with _serve(env, port, log):
             status = await _ready(api)
             assert status["chronon"] > before_chronon  # numbering continues
-            profiles = (await api.get("/api/v1/profiles")).json()
+            profiles = (await api.get("/api/v1/profiles")).json()["items"]
             assert [p["id"] for p in profiles] == [pid]
             after_ceis = {c["id"]: c for c in (await api.get(
-                f"/api/v1/profiles/{pid}/ceis", params={"limit": 1000})).json()}
+                f"/api/v1/profiles/{pid}/ceis", params={"limit": 1000})).json()["items"]}
             for cei_id, cei in before_ceis.items():
                 if cei["state"] != "pending":
                     assert after_ceis[cei_id] == cei
-            after_feeds = {f["id"]: f for f in (await api.get("/api/v1/feeds")).json()}
+            after_feeds = {f["id"]: f for f in (await api.get("/api/v1/feeds")).json()["items"]}
             for feed_id, feed in before_feeds.items():
                 assert after_feeds[feed_id]["probes"] >= feed["probes"]
                 assert after_feeds[feed_id]["entries"] >= feed["entries"]
-            after_entries = (await api.get(f"/api/v1/profiles/{pid}/entries")).json()
+            after_entries = (await api.get(f"/api/v1/profiles/{pid}/entries")).json()["items"]
             assert all(e in after_entries for e in before_entries)
 
             async def captured() -> dict[str, Any] | None:
                 ceis = (await api.get(f"/api/v1/profiles/{pid}/ceis",
-                                      params={"state": "captured", "limit": 1000})).json()
+                                      params={"state": "captured", "limit": 1000})).json()["items"]
                 return next((c for c in ceis if c["id"] == pending["id"]), None)
 
             done = await eventually(captured, within=30, what="the pending CEI captured after restart")

@@ -83,7 +83,7 @@ async def test_a_second_service_stands_by_answers_reads_and_takes_over_on_stop(
             with pytest.raises(StandbyError):
                 await b.create_profile(1, ProfileSpec.model_validate(
                     {"name": "p", "rules": [{"name": "w", "watch": {"feeds": ["1"], "within": "1m"}}]}))
-            assert (await api_b.get("/api/v1/feeds", headers=auth)).json() == []
+            assert (await api_b.get("/api/v1/feeds", headers=auth)).json()["items"] == []
             m_a = parse_metrics((await api_a.get("/metrics")).text)
             m_b = parse_metrics((await api_b.get("/metrics")).text)
             assert (m_a["proxy_leader"], m_a["proxy_lease_epoch"]) == (1.0, 1.0)

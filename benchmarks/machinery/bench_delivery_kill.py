@@ -382,7 +382,7 @@ async def _drain(
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         pending = await _ok(api.get("/api/v1/deliveries", params={"state": "pending", "limit": 1}))
-        if not pending:
+        if not pending["items"]:
             return
         await asyncio.sleep(0.25)
     raise BenchError(f"deliveries still pending {within} s after the receiver came up for good")

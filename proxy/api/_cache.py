@@ -1,9 +1,9 @@
 """Response bodies of the heavy reads, reused while fresh (issue 24.4: the budget comes first).
 
 ``wrk -c20`` on ``GET /api/v1/metrics/summary`` recomputed the same aggregate
-over every CEI hundreds of times a second, and listing profiles rebuilt and
-re-serialised the same objects per request; the API's CPU and database time
-came out of the chronon loop's. Here a body is computed once per key and
+over every CEI hundreds of times a second; the API's CPU and database time
+came out of the chronon loop's (lists are paged on indexed keys instead:
+``proxy.api.paging``). Here a body is computed once per key and
 version, at most once per ``ttl`` seconds, and concurrent requests for the
 same key share one computation (single flight). The service bumps a user's
 profile version on every create, replace and delete, so a client reads its own
@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
-__all__ = ["ListCache", "ResponseCache", "TtlMap"]
+__all__ = ["ResponseCache", "TtlMap"]
 
 
 @dataclass
@@ -67,101 +67,6 @@ class ResponseCache:
 
     def clear(self) -> None:
         self._entries.clear()
-
-
-@dataclass
-class _List:
-    built_at: float
-    items: dict[int, bytes]
-    body: bytes | None = None
-
-
-@dataclass
-class ListCache:
-    """Per key (a user's listing), each item's JSON by id, joined in id order on demand.
-
-    The writes of this process amend it (:meth:`put`, :meth:`drop`) instead of
-    invalidating it, so a client creating profiles while others list them does not make
-    every listing reload every profile. Once older than ``ttl`` it is reloaded in the
-    background (for what other processes changed) while the amended listing is still
-    served: a long listing's reload never holds a request up. Writes that land while
-    a load runs are applied to its result, so a client always reads its own writes.
-    """
-
-    max_keys: int = 4096
-    clock: Callable[[], float] = time.monotonic
-    _lists: OrderedDict[Hashable, _List] = field(default_factory=OrderedDict)
-    _building: dict[Hashable, asyncio.Task[bytes]] = field(default_factory=dict)
-    _pending: dict[Hashable, list[tuple[int, bytes | None]]] = field(default_factory=dict)
-    builds: int = 0
-
-    async def get(self, key: Hashable, ttl: float,
-                  load: Callable[[], Awaitable[list[tuple[int, bytes]]]]) -> bytes:
-        entry = self._lists.get(key)
-        if entry is None:
-            task = self._building.get(key) or self._start(key, load)
-            return await asyncio.shield(task)
-        if self.clock() - entry.built_at >= ttl and key not in self._building:
-            self._start(key, load)
-        self._lists.move_to_end(key)
-        if entry.body is None:
-            entry.body = _joined(entry.items)
-        return entry.body
-
-    def _start(self, key: Hashable, load: Callable[[], Awaitable[list[tuple[int, bytes]]]]
-               ) -> asyncio.Task[bytes]:
-        task = asyncio.ensure_future(self._build(key, load))
-        # A background refresh nobody awaits may fail (database away): its error is the
-        # next waiting request's to report, not the event loop's to log as unretrieved.
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        self._building[key] = task
-        self._pending[key] = []
-        return task
-
-    async def _build(self, key: Hashable, load: Callable[[], Awaitable[list[tuple[int, bytes]]]]) -> bytes:
-        started = self.clock()  # the listing is as old as the data it read
-        try:
-            items = dict(await load())
-            for item_id, item in self._pending.get(key, ()):  # written while it loaded
-                if item is None:
-                    items.pop(item_id, None)
-                else:
-                    items[item_id] = item
-            self.builds += 1
-            entry = _List(started, items, _joined(items))
-            self._lists[key] = entry
-            self._lists.move_to_end(key)
-            while len(self._lists) > self.max_keys:
-                self._lists.popitem(last=False)
-            assert entry.body is not None
-            return entry.body
-        finally:
-            self._building.pop(key, None)
-            self._pending.pop(key, None)
-
-    def put(self, key: Hashable, item_id: int, item: bytes) -> None:
-        """This process created or replaced item ``item_id`` of ``key``'s listing."""
-        self._amend(key, item_id, item)
-
-    def drop(self, key: Hashable, item_id: int) -> None:
-        """This process deleted item ``item_id`` of ``key``'s listing."""
-        self._amend(key, item_id, None)
-
-    def _amend(self, key: Hashable, item_id: int, item: bytes | None) -> None:
-        entry = self._lists.get(key)
-        if entry is not None:
-            if item is None:
-                entry.items.pop(item_id, None)
-            else:
-                entry.items[item_id] = item
-            entry.body = None
-        pending = self._pending.get(key)
-        if pending is not None:
-            pending.append((item_id, item))
-
-
-def _joined(items: dict[int, bytes]) -> bytes:
-    return b"[" + b",".join(items[i] for i in sorted(items)) + b"]"
 
 
 @dataclass

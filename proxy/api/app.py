@@ -1,12 +1,16 @@
-"""The FastAPI application: ``make_app(settings)`` wires the service, the routers and ONE error handler.
+"""The FastAPI application: ``make_app(settings)`` wires the service, the routers and the error handlers.
 
 The lifespan starts the :class:`~proxy.service.ProxyService` (migrations, restore,
 chronon loop) and stops it. Domain errors map to status codes in one place
-(style.md §4): NotFound → 404, Conflict → 409, Validation → 422 (``detail`` in
-FastAPI's shape: ``loc`` names the field, ``msg`` the reason), Auth → 401 with
-``WWW-Authenticate: Bearer``, RateLimited → 429 with ``Retry-After``, Storage → 503,
-Standby → 503 (this process is a standby: another one runs the chronon loop).
-Route handlers hold no SQL and raise no ``HTTPException``.
+(style.md §4, :mod:`proxy.api.problems`): NotFound → 404, Conflict → 409, Validation → 422,
+Auth → 401 with ``WWW-Authenticate: Bearer``, Storage → 503, Standby → 503 (this process
+is a standby: another one runs the chronon loop); every error body is RFC 9457 problem
+details. Request bodies over ``PROXY_MAX_REQUEST_BYTES`` answer 413 and text with control
+characters 422 (:mod:`proxy.api.limits`). Route handlers hold no SQL and raise no
+``HTTPException``.
+
+``/docs`` (Swagger UI) and ``/redoc`` load their scripts and styles from this process
+(``/docs-assets``, the files the ``fastapi-offline`` package ships), never from a CDN.
 
 ``/metrics`` is meant for an internal network (Prometheus next to the proxy);
 with ``PROXY_METRICS_TOKEN`` set it also wants ``Authorization: Bearer <token>``.
@@ -15,18 +19,21 @@ with ``PROXY_METRICS_TOKEN`` set it also wants ``Authorization: Bearer <token>``
 from __future__ import annotations
 
 import hmac
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 
 from proxy import __version__
 from proxy.api._admission import Admission
-from proxy.api._cache import ListCache, ResponseCache, TtlMap
+from proxy.api._cache import ResponseCache, TtlMap
 from proxy.api.deps import READ_TTL_SECONDS, Service
+from proxy.api.limits import BodyLimitMiddleware, refuse_unprintable
+from proxy.api.problems import install_problem_handlers, install_problem_schema, problem_responses
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_keys import router as keys_router
 from proxy.api.routes_notify import router as notify_router
@@ -34,59 +41,10 @@ from proxy.api.routes_opml import router as opml_router
 from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
 from proxy.api.schemas import ReadyOut
-from proxy.errors import (
-    AuthError,
-    ConflictError,
-    NotFoundError,
-    ProxyError,
-    RateLimitedError,
-    StandbyError,
-    StorageError,
-    ValidationError,
-)
-from proxy.feeds import FeedUrlRefusedError
+from proxy.errors import AuthError
 from proxy.service import ProxyService
 from proxy.settings import Settings
 from proxy.web import install_web
-
-
-def _status_of(exc: ProxyError) -> int:
-    if isinstance(exc, NotFoundError):
-        return 404
-    if isinstance(exc, ConflictError):
-        return 409
-    if isinstance(exc, ValidationError):
-        return 422
-    if isinstance(exc, AuthError):
-        return 401
-    if isinstance(exc, RateLimitedError):
-        return 429
-    if isinstance(exc, StorageError | StandbyError):
-        return 503
-    return 500
-
-
-async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ProxyError)
-    code = _status_of(exc)
-    detail: Any = str(exc)
-    headers = None
-    if code == 422:
-        loc = getattr(exc, "loc", None)
-        if loc is None and isinstance(exc, FeedUrlRefusedError):
-            loc = "url"
-        # FastAPI's own shape, so clients read one format: loc names the field.
-        parts: list[str | int] = ["body", *(int(p) if p.isdigit() else p for p in loc.split("."))] if loc else []
-        detail = [{"loc": parts, "msg": str(exc), "type": "value_error"}]
-    elif code == 401:
-        headers = {"WWW-Authenticate": "Bearer"}
-    elif code == 429 and isinstance(exc, RateLimitedError):
-        # RFC 9110 §10.2.3: delay-seconds is a whole number; round up so a retry at once succeeds.
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
-    elif code == 503 and isinstance(exc, StorageError):
-        service = request.app.state.service
-        service.metrics.db_errors.inc()
-    return JSONResponse({"detail": detail}, status_code=code, headers=headers)
 
 
 def make_app(
@@ -112,17 +70,25 @@ def make_app(
     app = FastAPI(
         title="Monitoring proxy",
         version=__version__,
-        description="Pulls RSS/Atom feeds under a probe budget for users' complex notification rules.",
+        description=(
+            "Pulls RSS/Atom feeds under a probe budget for users' complex notification rules. "
+            "Every error is RFC 9457 problem details (`application/problem+json`)."
+        ),
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(refuse_unprintable)],
     )
     app.state.service = the_service
     # Heavy reads and API keys, reused for a second (issue 24.4: the API must not eat the budget).
     app.state.responses = ResponseCache()
-    app.state.lists = ListCache()
     app.state.api_keys = TtlMap(READ_TTL_SECONDS)
-    app.add_exception_handler(ProxyError, _proxy_error)
-    app.include_router(opml_router)  # before feeds: /opml is not a {feed_id}
+    install_problem_handlers(app)
+    install_problem_schema(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    _serve_docs(app)
     app.add_middleware(Admission, limit=settings.api_concurrency)
+    app.include_router(opml_router)  # before feeds: /opml is not a {feed_id}
     app.include_router(feeds_router)
     app.include_router(keys_router)
     app.include_router(profiles_router)
@@ -135,7 +101,8 @@ def make_app(
         """Alive: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], response_model=ReadyOut)
+    @app.get("/readyz", tags=["health"], response_model=ReadyOut,
+             responses={503: {"model": ReadyOut, "description": "Not ready: `detail` says why."}})
     async def readyz(service: Service) -> JSONResponse:
         """Ready: the database answers, this process runs the chronon loop and it ticked
         recently. 503 otherwise; ``status`` says ``standby`` when another process runs the loop."""
@@ -147,7 +114,8 @@ def make_app(
 
     token = settings.metrics_token.get_secret_value().encode() if settings.metrics_token else None
 
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse,
+             responses=problem_responses(401))
     async def metrics(service: Service, request: Request) -> PlainTextResponse:
         """Prometheus text exposition of this service's registry (internal: see PROXY_METRICS_TOKEN)."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -162,3 +130,38 @@ def make_app(
                                  media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+#: Where the Swagger UI and ReDoc files are served from (the package's own copies).
+DOCS_ASSETS = "/docs-assets"
+
+
+def _serve_docs(app: FastAPI) -> None:
+    """``/docs`` and ``/redoc`` from the assets ``fastapi-offline`` ships (no CDN: the proxy
+    often runs where there is no internet)."""
+    import fastapi_offline
+
+    static = Path(fastapi_offline.__file__).parent / "static"
+    app.mount(DOCS_ASSETS, StaticFiles(directory=static), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title}: Swagger UI",
+            swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title}: ReDoc",
+            redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+            with_google_fonts=False,
+        )

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from proxy.api._cache import ListCache, ResponseCache, TtlMap
+from proxy.api._cache import ResponseCache, TtlMap
 from proxy.errors import AuthError
 from proxy.service import ProxyService
 from proxy.store import ApiKey, hash_api_key
@@ -33,14 +33,6 @@ def get_cache(request: Request) -> ResponseCache:
 
 
 Cache = Annotated[ResponseCache, Depends(get_cache)]
-
-
-def get_lists(request: Request) -> ListCache:
-    lists: ListCache = request.app.state.lists
-    return lists
-
-
-Lists = Annotated[ListCache, Depends(get_lists)]
 
 
 async def get_user_id(

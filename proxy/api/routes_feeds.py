@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from proxy.api.deps import Service, UserId
+from proxy.api.limits import FeedId
+from proxy.api.paging import Cursor, Limit, Page, decode_cursor, page
+from proxy.api.problems import problem_responses
 from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, UpdateModelOut
 
 router = APIRouter(prefix="/api/v1/feeds", tags=["feeds"])
@@ -27,14 +30,22 @@ async def register_feed(body: FeedIn, service: Service, user: UserId, response: 
     return FeedOut.of(registered)
 
 
-@router.get("", response_model=list[FeedOut])
-async def list_feeds(service: Service, user: UserId) -> list[FeedOut]:
-    """Your feeds with their health: last probe, outcome, consecutive errors, next allowed time."""
-    return [FeedOut.of(r) for r in await service.store.list_registered_feeds(user)]
+@router.get("", response_model=Page[FeedOut])
+async def list_feeds(
+    service: Service, user: UserId, request: Request, response: Response,
+    limit: Limit = 100, cursor: Cursor = None,
+) -> Page[FeedOut]:
+    """Your feeds by id, with their health: last probe, outcome, consecutive errors, next
+    allowed time. One page (docs/api.md, "Lists")."""
+    after = decode_cursor(cursor, "cursor", (int,))
+    rows = await service.store.list_registered_feeds(
+        user, limit=limit + 1, after_id=after[0] if after else None)
+    return page(rows, FeedOut.of, lambda r: [r.feed.id], request=request, response=response,
+                limit=limit, total=await service.store.count_registered_feeds(user))
 
 
 @router.get("/{feed_id}", response_model=FeedOut)
-async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
+async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     """One of your feeds with its health and why: the last HTTP status, the error in words, the
     last success, why it may not be probed before ``next_allowed_at``, its recent probes, and
     its learnt update model (kind, rate, next update)."""
@@ -46,26 +57,23 @@ async def get_feed(feed_id: int, service: Service, user: UserId) -> FeedOut:
     return out
 
 
-@router.delete("/{feed_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_feed(feed_id: int, service: Service, user: UserId) -> Response:
+@router.delete("/{feed_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problem_responses(409))
+async def delete_feed(feed_id: FeedId, service: Service, user: UserId) -> Response:
     """Delete your registration; 409 while your profiles' rules read the feed."""
     await service.delete_feed(user, feed_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{feed_id}/ping-token", response_model=PingTokenOut)
-async def rotate_ping_token(feed_id: int, service: Service, user: UserId) -> PingTokenOut:
+async def rotate_ping_token(feed_id: FeedId, service: Service, user: UserId) -> PingTokenOut:
     """A new ping token for your registration; the old one stops working at once."""
     return PingTokenOut(ping_token=(await service.rotate_ping_token(user, feed_id)).ping_token)
 
 
-@router.post(
-    "/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut,
-    responses={429: {"description": "Too many pings for this feed (`PROXY_PING_RATE_PER_MINUTE`, "
-                                    "`PROXY_PING_BURST`); `Retry-After` says when to retry."}},
-)
+@router.post("/{feed_id}/ping", status_code=status.HTTP_202_ACCEPTED, response_model=PingOut,
+             responses=problem_responses(401, 429))
 async def ping_feed(
-    feed_id: int,
+    feed_id: FeedId,
     service: Service,
     x_ping_token: Annotated[str | None, Header()] = None,
     token: Annotated[str | None, Query(description="Your ping token for the feed (or header X-Ping-Token).")] = None,

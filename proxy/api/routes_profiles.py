@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
-from proxy.api.deps import READ_TTL_SECONDS, Cache, Lists, Service, UserId
+from proxy.api.deps import READ_TTL_SECONDS, Cache, Service, UserId
+from proxy.api.limits import ProfileId
+from proxy.api.paging import Cursor, Limit, Page, Since, decode_cursor, page, parse_since
+from proxy.api.problems import problem_responses
 from proxy.api.schemas import (
     CapturedEntryOut,
     CeiOut,
@@ -16,86 +18,120 @@ from proxy.api.schemas import (
     cei_out,
 )
 from proxy.rules import ProfileSpec
-from proxy.store import Profile
 
 router = APIRouter(prefix="/api/v1", tags=["profiles"])
 
-Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
+After = Annotated[str | None, Query(
+    max_length=200, description="Opaque: a `cursor` handed out with `since` or `after`; "
+                                "only what came after it, oldest first.")]
 
 
-def _listed(profile: Profile) -> bytes:
-    """The profile as ``GET /profiles`` lists it (no secrets: those are shown once, on creation)."""
-    return ProfileOut.of(profile).model_copy(update={"new_targets": []}).model_dump_json().encode()
-
-
-@router.post("/profiles", status_code=status.HTTP_201_CREATED, response_model=ProfileOut)
-async def create_profile(body: ProfileSpec, service: Service, user: UserId, lists: Lists) -> ProfileOut:
+@router.post("/profiles", status_code=status.HTTP_201_CREATED, response_model=ProfileOut,
+             responses=problem_responses(409))
+async def create_profile(body: ProfileSpec, service: Service, user: UserId) -> ProfileOut:
     """Create a profile; rules name feeds by their ids (as strings or numbers in JSON strings)."""
-    profile = await service.create_profile(user, body)
-    lists.put(("profiles", user), profile.id, _listed(profile))
-    return ProfileOut.of(profile)
+    return ProfileOut.of(await service.create_profile(user, body))
 
 
-@router.get("/profiles", response_model=list[ProfileOut])
-async def list_profiles(service: Service, user: UserId, lists: Lists) -> Response:
-    """Your profiles. The body is kept up to date by your writes and reloaded every second
-    (issue 24.4: clients polling it must not take CPU or connections from the chronon loop)."""
-    async def load() -> list[tuple[int, bytes]]:
-        items = []
-        for i, p in enumerate(await service.store.list_profiles(user), 1):
-            items.append((p.id, _listed(p)))
-            if i % 200 == 0:  # a long listing must not hold the chronon loop's tick back
-                await asyncio.sleep(0)
-        return items
-
-    return Response(await lists.get(("profiles", user), READ_TTL_SECONDS, load),
-                    media_type="application/json")
+@router.get("/profiles", response_model=Page[ProfileOut])
+async def list_profiles(
+    service: Service, user: UserId, request: Request, response: Response,
+    limit: Limit = 100, cursor: Cursor = None,
+) -> Page[ProfileOut]:
+    """Your profiles by id, one page (docs/api.md, "Lists")."""
+    after = decode_cursor(cursor, "cursor", (int,))
+    rows = await service.store.list_profiles(user, limit=limit + 1,
+                                             after_id=after[0] if after else None)
+    return page(rows, ProfileOut.of, lambda p: [p.id], request=request, response=response,
+                limit=limit, total=await service.store.count_profiles(user))
 
 
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)
-async def get_profile(profile_id: int, service: Service, user: UserId) -> ProfileOut:
+async def get_profile(profile_id: ProfileId, service: Service, user: UserId) -> ProfileOut:
     return ProfileOut.of(await service.store.get_profile(user, profile_id))
 
 
-@router.put("/profiles/{profile_id}", response_model=ProfileOut)
+@router.put("/profiles/{profile_id}", response_model=ProfileOut, responses=problem_responses(409))
 async def replace_profile(
-    profile_id: int, body: ProfileSpec, service: Service, user: UserId, lists: Lists
+    profile_id: ProfileId, body: ProfileSpec, service: Service, user: UserId
 ) -> ProfileOut:
-    profile = await service.replace_profile(user, profile_id, body)
-    lists.put(("profiles", user), profile.id, _listed(profile))
-    return ProfileOut.of(profile)
+    return ProfileOut.of(await service.replace_profile(user, profile_id, body))
 
 
 @router.delete("/profiles/{profile_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_profile(profile_id: int, service: Service, user: UserId, lists: Lists) -> Response:
+async def delete_profile(profile_id: ProfileId, service: Service, user: UserId) -> Response:
     await service.delete_profile(user, profile_id)
-    lists.drop(("profiles", user), profile_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/profiles/{profile_id}/ceis", response_model=list[CeiOut])
+@router.get("/profiles/{profile_id}/ceis", response_model=Page[CeiOut])
 async def list_ceis(
-    profile_id: int,
+    profile_id: ProfileId,
     service: Service,
     user: UserId,
+    request: Request,
+    response: Response,
     state: Literal["pending", "captured", "missed"] | None = None,
     limit: Limit = 100,
-    offset: Offset = 0,
-) -> list[CeiOut]:
-    """The profile's CEIs (newest first) with their EIs' windows and capture times."""
-    ceis = await service.store.list_ceis(user, profile_id, state, limit=limit, offset=offset)
+    cursor: Cursor = None,
+    since: Since = None,
+    after: After = None,
+) -> Page[CeiOut]:
+    """The profile's CEIs with their EIs' windows and capture times, newest first.
+
+    With ``since`` (resolved at or after) or ``after`` (a ``cursor`` this list handed out
+    in that mode): the resolved CEIs only, in the order they were resolved, oldest first;
+    ``cursor`` is then always set: pass it as ``after`` next time to read each once."""
     start_of = service.clock.start_of
-    return [cei_out(c, start_of) for c in ceis]
+    when = parse_since(since)
+    if when is not None or after is not None:
+        position = decode_cursor(after, "after", (int,))
+        start = position[0] if position else 0
+        resolved = await service.store.resolved_ceis(
+            user, profile_id, after_event=start, since=when, state=state, limit=limit + 1)
+        return page(resolved, lambda r: cei_out(r[1], start_of), lambda r: [r[0]],
+                    request=request, response=response, limit=limit, param="after",
+                    start=[start])
+    before = decode_cursor(cursor, "cursor", (int, str))
+    ceis = await service.store.list_ceis(
+        user, profile_id, state, limit=limit + 1,
+        before=(before[0], before[1]) if before else None)
+    return page(ceis, lambda c: cei_out(c, start_of), lambda c: [c.release, c.id],
+                request=request, response=response, limit=limit,
+                total=await service.store.count_ceis(user, profile_id, state))
 
 
-@router.get("/profiles/{profile_id}/entries", response_model=list[CapturedEntryOut])
+@router.get("/profiles/{profile_id}/entries", response_model=Page[CapturedEntryOut])
 async def captured_entries(
-    profile_id: int, service: Service, user: UserId, limit: Limit = 50, offset: Offset = 0
-) -> list[CapturedEntryOut]:
-    """Entries first seen by probes that captured EIs of the profile's CEIs, newest first."""
-    entries = await service.store.captured_entries(user, profile_id, limit=limit, offset=offset)
-    return [CapturedEntryOut.of(e) for e in entries]
+    profile_id: ProfileId,
+    service: Service,
+    user: UserId,
+    request: Request,
+    response: Response,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    since: Since = None,
+    after: After = None,
+) -> Page[CapturedEntryOut]:
+    """Entries first seen by probes that captured EIs of the profile's CEIs, newest first.
+
+    With ``since`` (first seen at or after) or ``after``: oldest first, and ``cursor`` is
+    always set: pass it as ``after`` next time to read each entry once."""
+    when = parse_since(since)
+    store = service.store
+    if when is not None or after is not None:
+        position = decode_cursor(after, "after", (int, int))
+        start = (position[0], position[1]) if position else (0, 0)
+        rows = await store.captured_entries(user, profile_id, limit=limit + 1, after=start,
+                                            since=when)
+        return page(rows, CapturedEntryOut.of, lambda e: [e.entry.id, e.ei_id],
+                    request=request, response=response, limit=limit, param="after",
+                    start=list(start))
+    before = decode_cursor(cursor, "cursor", (int, int))
+    rows = await store.captured_entries(user, profile_id, limit=limit + 1,
+                                        before=(before[0], before[1]) if before else None)
+    return page(rows, CapturedEntryOut.of, lambda e: [e.entry.id, e.ei_id],
+                request=request, response=response, limit=limit)
 
 
 @router.get("/metrics/summary", response_model=MetricsSummaryOut, tags=["metrics"])

@@ -27,6 +27,8 @@ _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 # A bound that keeps every arithmetic on chronons far from overflow and
 # catches typos like "9999999d"; a rule that lives longer is re-submitted.
 MAX_DURATION = timedelta(days=3_650)
+# More digits than the maximum in seconds has: longer, whatever the unit.
+_MAX_DIGITS = len(str(int(MAX_DURATION.total_seconds())))
 
 
 class DurationError(ValidationError):
@@ -49,15 +51,19 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: expected whole numbers with units d, h, m, s, "
             "largest first, such as '90s', '3m', '2h', '1d' or '1h30m'"
         )
+    # Compare whole seconds before building a timedelta: "99999999999d" overflows one, and a
+    # number of thousands of digits is longer than int() parses (issue 24: no 500 from input).
+    too_long = f"invalid duration {text!r}: longer than the maximum of {MAX_DURATION.days} days"
+    if any(number is not None and len(number.lstrip("0")) > _MAX_DIGITS for number in match.groups()):
+        raise DurationError(too_long)
     seconds = sum(
-        int(number) * _UNIT_SECONDS[unit]
+        int(number.lstrip("0") or "0") * _UNIT_SECONDS[unit]
         for number, unit in zip(match.groups(), "dhms", strict=True)
         if number is not None
     )
-    result = timedelta(seconds=seconds)
-    if result > MAX_DURATION:
-        raise DurationError(f"invalid duration {text!r}: longer than the maximum of {MAX_DURATION.days} days")
-    return result
+    if seconds > MAX_DURATION.total_seconds():
+        raise DurationError(too_long)
+    return timedelta(seconds=seconds)
 
 
 def to_chronons(duration: timedelta | str, chronon_seconds: float, *, minimum: int = 0) -> int:

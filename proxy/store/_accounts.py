@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import Table, and_, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -409,14 +409,26 @@ class AccountsAndFeeds(StoreBase):
         async with self._tx() as conn:
             return await self._registered(conn, user_id, feed_id)
 
-    async def list_registered_feeds(self, user_id: int) -> list[RegisteredFeed]:
+    async def count_registered_feeds(self, user_id: int) -> int:
+        """How many feeds ``user_id`` registered (one indexed count)."""
+        async with self._tx() as conn:
+            return int((await conn.execute(
+                select(func.count()).where(FeedRegistrationRow.user_id == user_id)
+            )).scalar_one())
+
+    async def list_registered_feeds(
+        self, user_id: int, *, limit: int | None = None, after_id: int | None = None
+    ) -> list[RegisteredFeed]:
         """The feeds ``user_id`` registered, by feed id, with probe and entry counts (shared)
-        and how many of *this user's* profiles read each."""
-        regs = (
-            select(FeedRegistrationRow.feed_id)
-            .where(FeedRegistrationRow.user_id == user_id)
-            .scalar_subquery()
-        )
+        and how many of *this user's* profiles read each: all of them, or ``limit`` of them
+        with ids above ``after_id`` (keyset pagination; the counts are of that page only)."""
+        mine = FeedRegistrationRow.user_id == user_id
+        if after_id is not None:
+            mine = and_(mine, FeedRegistrationRow.feed_id > after_id)
+        page = select(FeedRegistrationRow.feed_id).where(mine).order_by(FeedRegistrationRow.feed_id)
+        if limit is not None:
+            page = page.limit(limit)
+        regs = page.scalar_subquery() if limit is None else select(page.subquery().c.feed_id).scalar_subquery()
         probes = (
             select(ProbeRow.feed_id, func.count().label("n"))
             .where(ProbeRow.feed_id.in_(regs))
@@ -449,7 +461,7 @@ class AccountsAndFeeds(StoreBase):
             .outerjoin(probes, probes.c.feed_id == FeedRow.id)
             .outerjoin(entries, entries.c.feed_id == FeedRow.id)
             .outerjoin(profiles, profiles.c.feed_id == FeedRow.id)
-            .where(FeedRegistrationRow.user_id == user_id)
+            .where(FeedRegistrationRow.user_id == user_id, FeedRegistrationRow.feed_id.in_(regs))
             .order_by(FeedRow.id)
         )
         async with self._tx() as conn:

@@ -221,14 +221,17 @@ class Deliveries(ProbesAndMetrics):
 
     async def list_deliveries(
         self, user_id: int, state: DeliveryState | None = None, *, limit: int = 100,
-        offset: int = 0,
+        offset: int = 0, before_id: int | None = None,
     ) -> list[Delivery]:
-        """The user's deliveries (only to their own targets), newest first."""
+        """The user's deliveries (only to their own targets), newest first; ``before_id``:
+        only older ones (keyset pagination)."""
         if state is not None and state not in _DELIVERY_STATES:
             raise ValidationError(f"state {state!r} is not one of {', '.join(_DELIVERY_STATES)}")
         stmt = self._deliveries_query(user_id)
         if state is not None:
             stmt = stmt.where(DeliveryRow.__table__.c.state == state)
+        if before_id is not None:
+            stmt = stmt.where(DeliveryRow.__table__.c.id < before_id)
         stmt = stmt.order_by(DeliveryRow.__table__.c.id.desc()).limit(limit).offset(offset)
         async with self._tx() as conn:
             rows = (await conn.execute(stmt)).all()
@@ -276,15 +279,19 @@ class Deliveries(ProbesAndMetrics):
 
     # --- targets --------------------------------------------------------------------
 
-    async def list_targets(self, user_id: int) -> list[NotifyTarget]:
-        """The user's notify targets (secrets are never listed)."""
+    async def list_targets(
+        self, user_id: int, *, limit: int | None = None, after_id: int | None = None
+    ) -> list[NotifyTarget]:
+        """The user's notify targets by id (secrets are never listed): all, or ``limit``
+        with ids above ``after_id``."""
+        stmt = (
+            select(NotifyTargetRow).where(NotifyTargetRow.user_id == user_id)
+            .order_by(NotifyTargetRow.id).limit(limit)
+        )
+        if after_id is not None:
+            stmt = stmt.where(NotifyTargetRow.id > after_id)
         async with self._tx() as conn:
-            rows = (
-                await conn.execute(
-                    select(NotifyTargetRow).where(NotifyTargetRow.user_id == user_id)
-                    .order_by(NotifyTargetRow.id)
-                )
-            ).all()
+            rows = (await conn.execute(stmt)).all()
         return [_target(row) for row in rows]
 
     async def _owned_target(self, conn: AsyncConnection, user_id: int, target_id: int) -> Any:
@@ -373,14 +380,18 @@ class Deliveries(ProbesAndMetrics):
             raise NotFoundError("event", event_id)
         return _event(row)
 
-    async def list_events(self, user_id: int, *, limit: int = 100) -> list[NotificationEvent]:
-        """The user's newest events, newest first."""
+    async def list_events(
+        self, user_id: int, *, limit: int = 100, before_id: int | None = None
+    ) -> list[NotificationEvent]:
+        """The user's newest events, newest first; ``before_id``: only older ones."""
         stmt = (
             select(NotificationEventRow)
             .where(NotificationEventRow.user_id == user_id)
             .order_by(NotificationEventRow.id.desc())
             .limit(limit)
         )
+        if before_id is not None:
+            stmt = stmt.where(NotificationEventRow.id < before_id)
         async with self._tx() as conn:
             rows = (await conn.execute(stmt)).all()
         return [_event(row) for row in rows]

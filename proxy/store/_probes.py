@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -482,12 +482,24 @@ class ProbesAndMetrics(ProfilesAndCeis):
         return [_entry(row) for row in rows]
 
     async def captured_entries(
-        self, user_id: int, profile_id: int, *, limit: int = 50, offset: int = 0
+        self,
+        user_id: int,
+        profile_id: int,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        before: tuple[int, int] | None = None,
+        after: tuple[int, int] | None = None,
+        since: dt.datetime | None = None,
     ) -> list[CapturedEntry]:
-        """Entries first seen by probes that captured EIs of the profile's CEIs, newest first.
+        """Entries first seen by probes that captured EIs of the profile's CEIs, newest
+        first by ``(entry id, EI id)`` (entry ids grow in first-seen order), or oldest first
+        with ``after`` or ``since``: those after the ``(entry id, EI id)`` position, first
+        seen at or after ``since``. ``before`` pages the newest-first order (keyset).
 
         Raises :class:`ProfileNotFoundError` (also for another user's profile).
         """
+        oldest_first = after is not None or since is not None
         stmt = (
             select(
                 *_ENTRY_COLUMNS,
@@ -499,10 +511,20 @@ class ProbesAndMetrics(ProfilesAndCeis):
             .join(EiRow, EiRow.id == CaptureRow.ei_id)
             .join(CeiRow, CeiRow.id == EiRow.cei_id)
             .where(CeiRow.profile_id == profile_id, EntryRow.feed_id == EiRow.feed_id)
-            .order_by(EntryRow.first_seen_at.desc(), EntryRow.id.desc(), CaptureRow.ei_id)
+            .order_by(
+                *((EntryRow.id, CaptureRow.ei_id) if oldest_first
+                  else (EntryRow.id.desc(), CaptureRow.ei_id))
+            )
             .limit(limit)
             .offset(offset)
         )
+        if before is not None:  # newest entry first, then its EIs in order
+            stmt = stmt.where(or_(EntryRow.id < before[0],
+                                  and_(EntryRow.id == before[0], CaptureRow.ei_id > before[1])))
+        if after is not None:
+            stmt = stmt.where(tuple_(EntryRow.id, CaptureRow.ei_id) > tuple_(*after))
+        if since is not None:
+            stmt = stmt.where(EntryRow.first_seen_at >= since)
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
             rows = (await conn.execute(stmt)).all()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, and_, bindparam, delete, insert, select, update
+from sqlalchemy import Select, Table, and_, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -31,6 +32,7 @@ from proxy.store._models import (
     EiRow,
     FeedRegistrationRow,
     FeedRow,
+    NotificationEventRow,
     ProbeRow,
     ProfileRow,
     RuleFeedRow,
@@ -150,10 +152,21 @@ class ProfilesAndCeis(Outbox):
         async with self._tx() as conn:
             return await self._load_profile(conn, user_id, profile_id)
 
-    async def list_profiles(self, user_id: int) -> list[Profile]:
-        """A user's profiles, by id."""
+    async def list_profiles(
+        self, user_id: int, *, limit: int | None = None, after_id: int | None = None
+    ) -> list[Profile]:
+        """A user's profiles, by id: all of them, or ``limit`` with ids above ``after_id``."""
+        where = ProfileRow.user_id == user_id
+        if after_id is not None:
+            where = and_(where, ProfileRow.id > after_id)
         async with self._tx() as conn:
-            return await self._load_profiles(conn, ProfileRow.user_id == user_id)
+            return await self._load_profiles(conn, where, limit=limit)
+
+    async def count_profiles(self, user_id: int) -> int:
+        """How many profiles ``user_id`` has (one indexed count)."""
+        async with self._tx() as conn:
+            return int((await conn.execute(
+                select(func.count()).where(ProfileRow.user_id == user_id))).scalar_one())
 
     async def all_profiles(self) -> list[Profile]:
         """Every user's profiles, by id (for the service to rebuild its triggers on start)."""
@@ -269,10 +282,14 @@ class ProfilesAndCeis(Outbox):
             raise ProfileNotFoundError(profile_id)
         return profiles[0]
 
-    async def _load_profiles(self, conn: AsyncConnection, where: Any) -> list[Profile]:
+    async def _load_profiles(
+        self, conn: AsyncConnection, where: Any, *, limit: int | None = None
+    ) -> list[Profile]:
         stmt: Select[Any] = select(ProfileRow).order_by(ProfileRow.id)
         if where is not None:
             stmt = stmt.where(where)
+        if limit is not None:
+            stmt = stmt.limit(limit)
         profile_rows = (await conn.execute(stmt)).all()
         if not profile_rows:
             return []
@@ -620,16 +637,65 @@ class ProfilesAndCeis(Outbox):
         *,
         limit: int = 50,
         offset: int = 0,
+        before: tuple[int, str] | None = None,
     ) -> list[Cei]:
-        """A profile's CEIs with their EIs, newest release first. Raises :class:`ProfileNotFoundError`."""
+        """A profile's CEIs with their EIs, newest release first; ``before``: only those
+        after this ``(release, id)`` in that order (keyset pagination on the index
+        ``ix_ceis_profile_id_release_id``). Raises :class:`ProfileNotFoundError`."""
         if limit < 1 or offset < 0:
             raise ValidationError("limit must be ≥ 1 and offset ≥ 0")
         where = CeiRow.profile_id == profile_id
         if state is not None:
             where = and_(where, CeiRow.state == _check_state(state))
+        if before is not None:
+            # A row-value comparison, not an OR of two: both SQLite and PostgreSQL seek the
+            # (profile_id, release, id) index with it.
+            where = and_(where, tuple_(CeiRow.release, CeiRow.id) < tuple_(*before))
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
             return await self._load_ceis(conn, where, limit=limit, offset=offset, newest_first=True)
+
+    async def count_ceis(self, user_id: int, profile_id: int, state: CeiState | None = None) -> int:
+        """How many CEIs the profile has (in ``state``): one count on an index."""
+        where = CeiRow.profile_id == profile_id
+        if state is not None:
+            where = and_(where, CeiRow.state == _check_state(state))
+        async with self._tx() as conn:
+            await self._owned_profile(conn, user_id, profile_id)
+            return int((await conn.execute(select(func.count()).where(where))).scalar_one())
+
+    async def resolved_ceis(
+        self,
+        user_id: int,
+        profile_id: int,
+        *,
+        after_event: int = 0,
+        since: dt.datetime | None = None,
+        state: CeiState | None = None,
+        limit: int = 50,
+    ) -> list[tuple[int, Cei]]:
+        """The profile's resolved CEIs in the order they were resolved, each with its
+        resolution's sequence number (the id of its notification event, written in the
+        resolution's transaction): those after ``after_event``, resolved at or after
+        ``since``. A client that stores the last number reads each resolution once.
+        Raises :class:`ProfileNotFoundError`."""
+        events = NotificationEventRow
+        stmt = (
+            select(events.id, events.cei_id)
+            .where(events.profile_id == profile_id, events.id > after_event)
+            .order_by(events.id)
+            .limit(limit)
+        )
+        if since is not None:
+            stmt = stmt.where(events.created_at >= since)
+        if state is not None:
+            stmt = stmt.where(events.type == _check_state(state))
+        async with self._tx() as conn:
+            await self._owned_profile(conn, user_id, profile_id)
+            seq = [(row.id, row.cei_id) for row in (await conn.execute(stmt)).all()]
+            ceis = {c.id: c for c in await self._load_ceis(
+                conn, CeiRow.id.in_([cei_id for _, cei_id in seq]))} if seq else {}
+        return [(n, ceis[cei_id]) for n, cei_id in seq if cei_id in ceis]
 
     async def pending_ceis_with_eis(self) -> list[Cei]:
         """Every pending CEI with its EIs, by release then id (to restore the engine on start)."""
