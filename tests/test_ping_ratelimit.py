@@ -131,12 +131,12 @@ async def test_a_ping_flood_on_one_feed_leaves_other_feeds_captures_untouched(
 
         # Only accepted pings opened CEIs (one each, or fewer: pings in one chronon coalesce).
         await px.service.flush()
-        opened = (await px.get(f"/api/v1/profiles/{pinged}/ceis")).json()
+        opened = (await px.get(f"/api/v1/profiles/{pinged}/ceis")).json()["items"]
         assert 1 <= len(opened) <= accepted
 
         # Meanwhile and after, the other feed's rule is captured every time by the running loop.
         async def resolved() -> list[dict[str, Any]] | None:
-            ceis = [c for c in (await px.get(f"/api/v1/profiles/{steady}/ceis")).json()
+            ceis = [c for c in (await px.get(f"/api/v1/profiles/{steady}/ceis")).json()["items"]
                     if c["state"] != "pending"]
             return ceis if len(ceis) >= 3 else None
 
