@@ -87,7 +87,7 @@ async def test_api_refuses_what_re2_cannot_compile_with_a_422_naming_the_feature
     body["rules"][0]["trigger"]["when"] = {"regex": regex}
     r = await api.client.post("/api/v1/profiles", json=body, headers=api.h())
     assert r.status_code == 422, r.text
-    [detail] = r.json()["detail"]
+    [detail] = r.json()["errors"]
     assert detail["loc"] == ["body", "rules", 0, "trigger", "when", "regex"]
     assert feature in detail["msg"] and "RE2" in detail["msg"]
     # The pathological ones are accepted: they run in linear time.
