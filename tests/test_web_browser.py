@@ -120,7 +120,7 @@ async def test_a_person_uses_the_web_interface(sqlite_url: str, tmp_path: Path) 
                 profile_url = page.url
 
                 # See it captured on the farm: publish "oil" until a CEI of two EIs is captured.
-                captured = "g.cei-captured:has(rect.ei:nth-of-type(2))"
+                captured = "g.cei-captured[data-eis='2']"  # trigger and query EI (rank-1 CEIs have one)
                 for attempt in range(60):
                     farm.publish("mish", title=f"Oil prices jump {attempt}", summary="crude oil")
                     await asyncio.sleep(1.0)

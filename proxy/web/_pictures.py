@@ -59,7 +59,8 @@ def timeline_svg(
         rows = max(len(cei.eis), 1)
         height = rows * _LANE
         fill = STATE_FILL.get(cei.state, "#9e9e9e")
-        parts.append(f'<g class="cei cei-{escape(cei.state)}" data-cei="{escape(cei.id)}">')
+        parts.append(f'<g class="cei cei-{escape(cei.state)}" data-cei="{escape(cei.id)}" '
+                     f'data-eis="{len(cei.eis)}">')
         parts.append(f'<rect x="2" y="{y - 2}" width="{_WIDTH - 4}" height="{height + 4}" '
                      f'fill="none" stroke="{fill}" stroke-width="1" rx="3"/>')
         parts.append(f'<text x="8" y="{y + 11}" font-size="11" fill="{fill}">'
