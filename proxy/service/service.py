@@ -336,7 +336,7 @@ class ProxyService:
         runtime = Runtime(clock)
         leader = self._leader
         writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None,
-                        on_resolved=self._resolved)
+                        on_resolved=self._resolved, fence=lease)
         collected = await store.collect_unregistered_feeds()
         if collected:
             # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
