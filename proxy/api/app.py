@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from proxy import __version__
 from proxy.api.deps import Service
+from proxy.api.routes_cluster import router as cluster_router
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_notify import router as notify_router
 from proxy.api.routes_plan import router as plan_router
@@ -109,6 +110,7 @@ def make_app(
     app.include_router(profiles_router)
     app.include_router(notify_router)
     app.include_router(plan_router)
+    app.include_router(cluster_router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

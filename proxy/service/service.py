@@ -95,11 +95,13 @@ class ServiceStatus:
     inflight: int
     backlog: int
     detail: str = ""
-    role: Literal["leader", "standby"] = "leader"
+    role: Literal["leader", "standby", "api"] = "leader"
     epoch: int | None = None
 
     @property
     def ready(self) -> bool:
+        if self.role == "api":  # an API replica (issue 21) never runs the loop
+            return self.database
         return self.database and self.ticking and self.role == "leader"
 
     @property
@@ -131,6 +133,7 @@ class ProxyService:
     ``run_loop=False`` restores everything but does not tick (tests drive
     :meth:`ChrononLoop.tick` themselves). ``lease`` (default: ``run_loop``): take
     the chronon loop's lease first; without it the service always leads.
+    ``campaign=False`` (``--role api``): never take the lease, serve as a standby.
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class ProxyService:
         lease: bool | None = None,
         sender: Sender | None = None,
         deliver: bool = True,
+        campaign: bool = True,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
@@ -157,6 +161,8 @@ class ProxyService:
         self._run_loop = run_loop
         self._housekeeping = housekeeping
         self._use_lease = run_loop if lease is None else lease
+        # Issue 21: an API replica (`--role api`) never leads; it serves reads as a standby.
+        self._campaign = campaign
         self._leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
         self._sender = sender
@@ -255,6 +261,10 @@ class ProxyService:
             leader = self._leader = Leader(
                 store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
                 on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
+            if not self._campaign:
+                leader.seen = await store.current_lease(LOOP_LEASE)
+                await self._stand_by()
+                return
             lease = await leader.acquire()
             if lease is not None:
                 await self._lead(lease)
@@ -767,8 +777,10 @@ class ProxyService:
             and time.monotonic() - last < max(3 * self.settings.chronon_seconds, 1.0)
         )
         leader = self._leader
-        role: Literal["leader", "standby"] = "leader" if self.leading else "standby"
-        if role == "standby" and not detail:
+        role: Literal["leader", "standby", "api"] = "leader" if self.leading else "standby"
+        if not self._campaign:
+            role = "api"
+        elif role == "standby" and not detail:
             detail = f"standby: {_describe_lease(leader.seen if leader is not None else None)}"
         lease = leader.lease if leader is not None else None
         return ServiceStatus(
