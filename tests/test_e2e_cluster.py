@@ -71,83 +71,83 @@ async def test_schedulers_workers_and_api_replicas_survive_their_losses(
                                  timeout=10)
 
     async with FeedFarm(list(FEEDS), prefill=2) as farm, client("sa") as sa, client("sb") as sb, \
-            client("api1") as api1, client("api2") as api2:
-        async with serve_role("scheduler", env, ports["sa"], tmp_path / "sa.log") as proc_sa:
-            await _status(sa, "ready", within=60)
-            ids = [(await sa.post("/api/v1/feeds", json={"url": farm.url(n)})).json()["id"]
-                   for n in FEEDS]
-            assert (await sa.post("/api/v1/profiles", json=_profile(ids))).status_code == 201
-            async with serve_role("scheduler", env, ports["sb"], tmp_path / "sb.log"), \
-                    serve_role("worker", env, ports["w1"], tmp_path / "w1.log"), \
-                    serve_role("worker", env, ports["w2"], tmp_path / "w2.log"), \
-                    serve_role("api", env, ports["api1"], tmp_path / "api1.log") as proc_api1, \
-                    serve_role("api", env, ports["api2"], tmp_path / "api2.log"):
-                await _status(sb, "standby", within=60)
+            client("api1") as api1, client("api2") as api2, \
+            serve_role("scheduler", env, ports["sa"], tmp_path / "sa.log") as proc_sa:
+        await _status(sa, "ready", within=60)
+        ids = [(await sa.post("/api/v1/feeds", json={"url": farm.url(n)})).json()["id"]
+               for n in FEEDS]
+        assert (await sa.post("/api/v1/profiles", json=_profile(ids))).status_code == 201
+        async with serve_role("scheduler", env, ports["sb"], tmp_path / "sb.log"), \
+                serve_role("worker", env, ports["w1"], tmp_path / "w1.log"), \
+                serve_role("worker", env, ports["w2"], tmp_path / "w2.log"), \
+                serve_role("api", env, ports["api1"], tmp_path / "api1.log") as proc_api1, \
+                serve_role("api", env, ports["api2"], tmp_path / "api2.log"):
+            await _status(sb, "standby", within=60)
 
-                async def everyone() -> list[dict[str, Any]] | None:
-                    got = await _cluster(api1)
-                    wanted = {"scheduler": 2, "worker": 2, "api": 2}
-                    return got if got is not None and _roles(got) == wanted else None
+            async def everyone() -> list[dict[str, Any]] | None:
+                got = await _cluster(api1)
+                wanted = {"scheduler": 2, "worker": 2, "api": 2}
+                return got if got is not None and _roles(got) == wanted else None
 
-                processes = await eventually(everyone, within=60, what="six live processes")
-                leaders = [p for p in processes if p["leads"]]
-                assert [(p["role"], p["port"]) for p in leaders] == [("scheduler", ports["sa"])]
-                epoch = leaders[0]["epoch"]
-                assert epoch >= 1
-                assert {p["port"] for p in processes} == set(ports.values())
-                assert parse_metrics((await sa.get("/metrics")).text)["proxy_leader"] == 1.0
-                assert parse_metrics((await sb.get("/metrics")).text)["proxy_leader"] == 0.0
+            processes = await eventually(everyone, within=60, what="six live processes")
+            leaders = [p for p in processes if p["leads"]]
+            assert [(p["role"], p["port"]) for p in leaders] == [("scheduler", ports["sa"])]
+            epoch = leaders[0]["epoch"]
+            assert epoch >= 1
+            assert {p["port"] for p in processes} == set(ports.values())
+            assert parse_metrics((await sa.get("/metrics")).text)["proxy_leader"] == 1.0
+            assert parse_metrics((await sb.get("/metrics")).text)["proxy_leader"] == 0.0
 
-                async def probed() -> bool:
-                    return await _max_probe_chronon(url) >= 0
+            async def probed() -> bool:
+                return await _max_probe_chronon(url) >= 0
 
-                await eventually(probed, within=60, what="probes run by the workers")
-                ready_api = await _readyz(api2)
-                assert ready_api is not None and ready_api[0] == 200
-                assert ready_api[1]["role"] == "api"
-                # An API replica reads, but sends changes to the leader (503 names it).
-                r = await api2.post("/api/v1/feeds", json={"url": farm.url("f0")})
-                assert r.status_code == 503 and "standby" in r.text
+            await eventually(probed, within=60, what="probes run by the workers")
+            ready_api = await _readyz(api2)
+            assert ready_api is not None and ready_api[0] == 200
+            assert ready_api[1]["role"] == "api"
+            # An API replica reads, but sends changes to the leader (503 names it).
+            r = await api2.post("/api/v1/feeds", json={"url": farm.url("f0")})
+            assert r.status_code == 503 and "standby" in r.text
 
-                proc_api1.send_signal(signal.SIGKILL)
-                await proc_api1.wait()
-                r = await api2.get("/api/v1/feeds")
-                assert r.status_code == 200 and len(r.json()) == len(FEEDS)
+            proc_api1.send_signal(signal.SIGKILL)
+            await proc_api1.wait()
+            r = await api2.get("/api/v1/feeds")
+            assert r.status_code == 200 and len(r.json()) == len(FEEDS)
 
-                async def api1_gone() -> list[dict[str, Any]] | None:
-                    got = await _cluster(api2)
-                    return got if got is not None and _roles(got).get("api") == 1 else None
+            async def api1_gone() -> list[dict[str, Any]] | None:
+                got = await _cluster(api2)
+                return got if got is not None and _roles(got).get("api") == 1 else None
 
-                await eventually(api1_gone, within=30, what="the killed replica leaving the list")
+            await eventually(api1_gone, within=30, what="the killed replica leaving the list")
 
-                before = (await sa.get("/readyz")).json()["chronon"]
-                proc_sa.send_signal(signal.SIGKILL)
-                killed = time.monotonic()
-                await proc_sa.wait()
-                ready = await _status(sb, "ready", within=TTL + 3 * CHRONON + 30)
-                took = time.monotonic() - killed
-                assert ready["epoch"] > epoch and ready["chronon"] > before
-                assert took <= 3 * CHRONON + SLACK, f"took over after {took:.2f} s"
+            before = (await sa.get("/readyz")).json()["chronon"]
+            proc_sa.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            await proc_sa.wait()
+            ready = await _status(sb, "ready", within=TTL + 3 * CHRONON + 30)
+            took = time.monotonic() - killed
+            assert ready["epoch"] > epoch and ready["chronon"] > before
+            assert took <= 3 * CHRONON + SLACK, f"took over after {took:.2f} s"
 
-                async def probes_go_on() -> bool:
-                    return await _max_probe_chronon(url) > before
+            async def probes_go_on() -> bool:
+                return await _max_probe_chronon(url) > before
 
-                await eventually(probes_go_on, within=60, what="probes by the new leader")
+            await eventually(probes_go_on, within=60, what="probes by the new leader")
 
-                async def new_leader_listed() -> list[dict[str, Any]] | None:
-                    got = await _cluster(api2)
-                    if got is None:
-                        return None
-                    leads = [(p["port"], p["epoch"]) for p in got if p["leads"]]
-                    return got if leads == [(ports["sb"], ready["epoch"])] else None
+            async def new_leader_listed() -> list[dict[str, Any]] | None:
+                got = await _cluster(api2)
+                if got is None:
+                    return None
+                leads = [(p["port"], p["epoch"]) for p in got if p["leads"]]
+                return got if leads == [(ports["sb"], ready["epoch"])] else None
 
-                await eventually(new_leader_listed, within=30, what="the standby listed as leader")
-                worked = 0.0
-                for name in ("w1", "w2"):
-                    async with client(name) as worker:
-                        metrics = parse_metrics((await worker.get("/metrics")).text)
-                    worked += metrics['proxy_worker_jobs_total{result="probed"}']
-                assert worked > 0
+            await eventually(new_leader_listed, within=30, what="the standby listed as leader")
+            worked = 0.0
+            for name in ("w1", "w2"):
+                async with client(name) as worker:
+                    metrics = parse_metrics((await worker.get("/metrics")).text)
+                worked += metrics['proxy_worker_jobs_total{result="probed"}']
+            assert worked > 0
     twice, over, total = await _probe_counts(url)
     assert total > 0
     assert twice == [], f"feeds probed twice in one chronon: {twice}"

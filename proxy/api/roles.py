@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from proxy import __version__
 from proxy.api.app import make_app
@@ -138,9 +139,17 @@ def _worker_app(settings: Settings) -> FastAPI:
                 "broker": worker.connected, "database": database, "probed": worker.probed}
         return JSONResponse(body, status_code=200 if ready else 503)
 
+    token = settings.metrics_token.get_secret_value().encode() if settings.metrics_token else None
+
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
-        """Prometheus text exposition of the worker's registry."""
+    async def metrics(request: Request) -> Response:
+        """Prometheus text exposition of the worker's registry (PROXY_METRICS_TOKEN as the API's)."""
+        if token is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
+                return JSONResponse(
+                    {"detail": "/metrics needs 'Authorization: Bearer <PROXY_METRICS_TOKEN>'"},
+                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
         return PlainTextResponse(generate_latest(worker.metrics.registry),
                                  media_type=CONTENT_TYPE_LATEST)
 
