@@ -59,6 +59,9 @@ def make_role_app(settings: Settings, role: Role) -> FastAPI:
         return _worker_app(settings)
     if role not in ROLES:
         raise SettingsError(f"--role: {role!r} is not one of {', '.join(ROLES)}")
+    if role == "api" and settings.is_sqlite:
+        raise SettingsError("--role api needs PostgreSQL (PROXY_DATABASE_URL): its changes reach "
+                            "the scheduler by LISTEN/NOTIFY")
     prober: BrokerProber | None = None
     if role == "scheduler":
         prober = BrokerProber(broker_settings(settings, role),

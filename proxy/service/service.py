@@ -50,8 +50,11 @@ from proxy.feeds import (
 from proxy.notify.senders import Sender, WebhookSender
 from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
+from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
+from proxy.service._feeds import FeedTable
 from proxy.service._persist import Writer
+from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
@@ -163,6 +166,7 @@ class ProxyService:
         self._use_lease = run_loop if lease is None else lease
         # Issue 21: an API replica (`--role api`) never leads; it serves reads as a standby.
         self._campaign = campaign
+        self._changes: ChangeListener | None = None
         self._leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
         self._sender = sender
@@ -312,6 +316,7 @@ class ProxyService:
         """
         loop_task, loop, writer = self._loop_task, self._loop, self._writer
         dispatcher, self._dispatcher = self._dispatcher, None
+        changes, self._changes = self._changes, None
         self._loop_task = None
         self._runtime = None
         self._loop = None
@@ -328,6 +333,8 @@ class ProxyService:
             await writer.abort()
         if dispatcher is not None:  # the new leader delivers (the outbox is in the database)
             await dispatcher.stop()
+        if changes is not None:
+            await changes.stop()
         if loop_task is not None:
             await cancel_and_wait(loop_task)
         gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
@@ -399,6 +406,9 @@ class ProxyService:
             guard=leader.holds if leader is not None else None,
         )
         self._runtime, self._writer = runtime, writer
+        if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
+            self._changes = ChangeListener(s.database_url, self._apply_change)
+            self._changes.start()
         self.metrics.leader.set(1)
         self.metrics.lease_epoch.set(lease.epoch if lease is not None else 0)
         log.info("service_started", chronon=now, feeds=len(runtime.feeds),
@@ -419,6 +429,9 @@ class ProxyService:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self._changes is not None:
+            await self._changes.stop()
+            self._changes = None
         if self._loop_task is not None:
             await cancel_and_wait(self._loop_task)
             self._loop_task = None
@@ -550,6 +563,12 @@ class ProxyService:
         Returns ``(feed, created)``; ``created`` is whether the *user's* registration is new.
         Users who register the same (normalised) URL share one feed, fetched once per probe.
         """
+        if self._replica:
+            url = url.strip()
+            await self.fetcher.check_url(url)
+            registered, created = await self.store.register_feed_for(user_id, url)
+            await self._forward(Change("feed", registered.feed.id))
+            return registered, created
         self._require_leader()
         url = url.strip()
         await self.fetcher.check_url(url)
@@ -565,6 +584,10 @@ class ProxyService:
     async def delete_feed(self, user_id: int, feed_id: int) -> None:
         """Delete the user's registration (:class:`ConflictError` while their rules read it);
         the shared feed leaves the engine with its last registration."""
+        if self._replica:
+            if await self.store.delete_registration(user_id, feed_id):
+                await self._forward(Change("feed_deleted", feed_id))
+            return
         self._require_leader()
         gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
@@ -573,7 +596,8 @@ class ProxyService:
 
     async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
         """A new ping token for the user's registration; the old one stops working."""
-        self._require_leader()
+        if not self._replica:  # a token lives in the database only: any replica rotates it
+            self._require_leader()
         registration = await self.store.rotate_ping_token(user_id, feed_id)
         log.info("ping_token_rotated", feed=feed_id, user=user_id)
         return registration
@@ -587,12 +611,24 @@ class ProxyService:
         The proxy still has to fetch: a ping only opens or grows CEIs (rules with
         ``on: ping`` and watch rules); the loop schedules the probes.
         """
-        self._require_leader()
+        if not self._replica:
+            self._require_leader()
         users = await self.store.ping_users(feed_id, token) if token else []
         if not users:
-            if feed_id not in self.runtime.feeds.by_id:
+            if self._replica:
+                await self.store.get_feed(feed_id)  # FeedNotFoundError
+            elif feed_id not in self.runtime.feeds.by_id:
                 raise FeedNotFoundError(feed_id)
             raise AuthError("wrong or missing ping token for this feed")
+        if self._replica:
+            # The leader applies it when the notification arrives: how many CEIs it touches is
+            # not known here (0).
+            await self._forward(Change("ping", feed_id, users=tuple(users)))
+            return 0
+        return await self._apply_ping(feed_id, users)
+
+    async def _apply_ping(self, feed_id: int, users: list[int]) -> int:
+        """A ping authenticated as ``users``: the evaluator hears it for their profiles."""
         profiles = {str(pid) for pid in await self.store.profile_ids_of(users)}
         rt = self.runtime
         slot = rt.feeds.by_id.get(feed_id)
@@ -611,6 +647,12 @@ class ProxyService:
 
     async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
         """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
+        if self._replica:
+            await self._check(user_id, spec)
+            profile = await self.store.create_profile(
+                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            await self._forward(Change("profile", profile.id, user_id))
+            return profile
         rt = self._require_leader()
         await self._check(user_id, spec)
         async with self._lock:
@@ -627,6 +669,13 @@ class ProxyService:
 
     async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
         """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
+        if self._replica:
+            await self.store.get_profile(user_id, profile_id)
+            await self._check(user_id, spec)
+            profile = await self.store.replace_profile(
+                user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            await self._forward(Change("profile", profile.id, user_id))
+            return profile
         rt = self._require_leader()
         # Another user's profile is 404 before anything about its body (feeds) is said.
         await self.store.get_profile(user_id, profile_id)
@@ -643,9 +692,15 @@ class ProxyService:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
         feed ids (only feeds the user registered: another user's feed is as unknown as a
         missing one), then compiling it in a scratch evaluator (regexes, cron, durations)."""
-        rt = self.runtime
-        check_feeds(spec, rt.feeds, await self.store.registered_feed_ids(user_id))
-        TriggerEvaluator(rt.clock).add_profile("check", spec, rt.feeds.resource_of)
+        if self._replica:  # no engine here: the feeds as stored, the clock as read at start
+            feeds = FeedTable()
+            for feed in await self.store.list_feeds():
+                feeds.put(feed)
+            clock: ChrononMapping = self.clock
+        else:
+            feeds, clock = self.runtime.feeds, self.runtime.clock
+        check_feeds(spec, feeds, await self.store.registered_feed_ids(user_id))
+        TriggerEvaluator(clock).add_profile("check", spec, feeds.resource_of)
         # Notify targets: the feeds' SSRF guard for webhooks (issue 19), Apprise's parser.
         targets = [(f"notify.{i}.{t.kind}", t.kind, t.url) for i, t in enumerate(spec.notify or ())]
         for r, rule in enumerate(spec.rules):
@@ -656,12 +711,53 @@ class ProxyService:
             await check_targets(targets, policy, SystemResolver())
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        if self._replica:
+            await self.store.delete_profile(user_id, profile_id)
+            await self._forward(Change("profile_deleted", profile_id, user_id))
+            return
         self._require_leader()
         async with self._lock:
             await self.store.delete_profile(user_id, profile_id)
             steps = self.runtime.uninstall(profile_id)
         self._submit(steps)
         log.info("profile_deleted", profile=profile_id, user=user_id)
+
+    # ------------------------------------------------------------------ replicas (issue 21)
+
+    @property
+    def _replica(self) -> bool:
+        """An API replica (``--role api``): changes go to the database, then to the leader."""
+        return not self._campaign
+
+    async def _forward(self, change: Change) -> None:
+        """Tell the leading scheduler (LISTEN/NOTIFY, :mod:`proxy.service.changes`)."""
+        await self.store.notify(CHANNEL, change.encode())
+        log.info("change_forwarded", kind=change.kind, id=change.id)
+
+    async def _apply_change(self, change: Change) -> None:
+        """A replica's change, on the leader: as if this process's own API had made it."""
+        rt = self._runtime
+        if rt is None:
+            return  # stepped down meanwhile: the next leader restores from the database
+        if change.kind == "feed":
+            rt.feeds.put(await self.store.get_feed(change.id))
+        elif change.kind == "feed_deleted":
+            try:
+                await self.store.get_feed(change.id)
+            except FeedNotFoundError:
+                rt.feeds.remove(change.id)
+        elif change.kind == "ping":
+            await self._apply_ping(change.id, list(change.users))
+        elif change.kind == "profile" and change.user is not None:
+            profile = await self.store.get_profile(change.user, change.id)
+            async with self._lock:
+                steps = rt.install(profile, restore_states=False)
+            self._submit(steps)
+        elif change.kind == "profile_deleted":
+            async with self._lock:
+                steps = rt.uninstall(change.id)
+            self._submit(steps)
+        log.info("change_applied", kind=change.kind, id=change.id)
 
     # ------------------------------------------------------------------ delivery
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
+from proxy.errors import ValidationError
 from proxy.store._base import StoreBase
 from proxy.store._fence import check_fence, fence_writes
 from proxy.store._models import ClusterProcessRow
@@ -80,3 +81,13 @@ class Cluster(StoreBase):
                 stmt = delete(ClusterProcessRow).where(ClusterProcessRow.heartbeat_at < older_than)
             result = await conn.execute(stmt)
         return int(result.rowcount or 0)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """``pg_notify(channel, payload)``: delivered to listeners when this transaction commits.
+
+        PostgreSQL only (SQLite has no LISTEN/NOTIFY): :class:`ValidationError` there.
+        """
+        async with self._tx() as conn:
+            if conn.dialect.name != "postgresql":
+                raise ValidationError("LISTEN/NOTIFY needs PostgreSQL (PROXY_DATABASE_URL)")
+            await conn.execute(select(func.pg_notify(channel, payload)))
