@@ -327,6 +327,8 @@ class ProxyService:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         self.metrics.leader_changes.inc()
+        self.metrics.leader.set(0)  # before any await: scrapes never see two leaders
+        self.metrics.lease_epoch.set(0)
         if loop is not None:
             await loop.stop()
         if writer is not None:
@@ -339,8 +341,6 @@ class ProxyService:
             await cancel_and_wait(loop_task)
         gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
         # The clock stays: the origin it holds is the database's (this process persisted it).
-        self.metrics.leader.set(0)
-        self.metrics.lease_epoch.set(0)
         log.error("stepped_down", reason=reason)
 
     async def _lead(self, lease: Lease | None) -> None:
