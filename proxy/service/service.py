@@ -18,6 +18,12 @@ same restore when it wins the lease. A holder that loses its lease stops probing
 and writing at once and becomes a standby again. ``PROXY_STANDBY=exit`` makes
 :meth:`ProxyService.start` raise :class:`StandbyError` instead.
 
+Scale-out (issue 21, docs/scale.md): the leader's writer is fenced by the lease
+epoch; on PostgreSQL the leader also applies changes that API replicas
+(``campaign=False``, ``proxy serve --role api``) stored and forwarded by
+LISTEN/NOTIFY (:mod:`proxy.service.changes`). A replica never leads: it
+validates and stores a change, then forwards it.
+
 What it does not do: speak HTTP (``proxy.api``) or parse settings (``proxy.settings``).
 """
 
