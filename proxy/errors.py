@@ -21,6 +21,7 @@ __all__ = [
     "AuthError",
     "ConflictError",
     "FeedNotFoundError",
+    "FencedError",
     "NotFoundError",
     "ProfileNotFoundError",
     "ProxyError",
@@ -106,3 +107,17 @@ class RateLimitedError(ProxyError):
     def __init__(self, message: str, retry_after: float) -> None:
         self.retry_after = retry_after
         super().__init__(message)
+class FencedError(StandbyError):
+    """A write carried a lease epoch that is no longer the lease's: the database refused it.
+
+    Raised inside the write's own transaction (issue 21's fencing), so nothing of
+    it is stored: a deposed leader that has not noticed yet loses its late writes,
+    not the new leader's state. ``epoch`` is the stale one the write carried.
+    """
+
+    def __init__(self, lease: str, holder: str, epoch: int, current: str) -> None:
+        self.lease = lease
+        self.epoch = epoch
+        super().__init__(
+            f"write refused: lease {lease!r} epoch {epoch} of {holder} is no longer current "
+            f"({current}); another process leads now", holder)

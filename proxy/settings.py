@@ -334,6 +334,59 @@ class Settings(BaseSettings):
         ),
     )
 
+    # -- scale-out (issue 21; docs/scale.md) --------------------------------------------
+    broker_url: str | None = Field(
+        default=None,
+        description=(
+            "NATS JetStream URL (e.g. `nats://127.0.0.1:4222`). Needed by `proxy serve --role "
+            "scheduler` (it sends probes to workers as jobs) and `--role worker`; unset, the "
+            "default `--role all` probes in its own process."
+        ),
+    )
+    broker_job_timeout_seconds: float = Field(
+        default=60.0, gt=0,
+        description=(
+            "How long a probe job lives on the broker: the scheduler counts it a network error "
+            "after this, and workers drop it unprobed."
+        ),
+    )
+    broker_ack_wait_seconds: float = Field(
+        default=0.0, ge=0,
+        description=(
+            "How long a worker may hold a job before the broker gives it to another worker (a "
+            "worker that died mid-probe). 0: the whole-request timeout plus 10 s."
+        ),
+    )
+    worker_concurrency: int = Field(
+        default=64, ge=1, description="Probes one `--role worker` process runs at once."
+    )
+    heartbeat_seconds: float = Field(
+        default=5.0, gt=0,
+        description=(
+            "How often each process refreshes its row for `GET /api/v1/cluster`; a process "
+            "silent for three heartbeats is no longer listed."
+        ),
+    )
+
+    @field_validator("broker_url")
+    @classmethod
+    def _nats_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from urllib.parse import urlsplit
+
+        scheme = urlsplit(value.strip()).scheme
+        if scheme not in ("nats", "tls"):
+            raise ValueError(
+                f"{value!r}: the proxy's broker is NATS JetStream (nats://host:4222); "
+                f"scheme {scheme!r} is not supported")
+        return value.strip()
+
+    @property
+    def ack_wait_seconds(self) -> float:
+        """The broker's redelivery delay: as set, or the whole-request timeout plus 10 s."""
+        return self.broker_ack_wait_seconds or self.http_total_timeout_seconds + 10.0
+
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str) -> str:

@@ -29,7 +29,8 @@ def _compose() -> dict[str, Any]:
 
 def test_compose_has_the_four_services_with_health_checks() -> None:
     services = _compose()["services"]
-    assert set(services) == {"db", "proxy", "prometheus", "grafana"}
+    default = {name for name, svc in services.items() if not svc.get("profiles")}
+    assert default == {"db", "proxy", "prometheus", "grafana"}
     for name, svc in services.items():
         assert "healthcheck" in svc, f"{name} has no healthcheck"
         assert svc["healthcheck"]["test"], name
@@ -49,7 +50,7 @@ def test_proxy_waits_for_a_healthy_database_and_is_configured_by_environment() -
 def test_named_volumes_are_declared_and_used() -> None:
     compose = _compose()
     declared = set(compose["volumes"])
-    assert declared == {"pgdata", "promdata", "grafanadata"}
+    assert declared == {"pgdata", "promdata", "grafanadata", "natsdata"}
     used = set()
     for svc in compose["services"].values():
         for vol in svc.get("volumes", []):
@@ -98,7 +99,7 @@ _ANY_REF = re.compile(r"\$\{([A-Z0-9_]+)")
 def test_published_ports_bind_to_localhost_by_default() -> None:
     published = [(name, port) for name, svc in _compose()["services"].items()
                  for port in svc.get("ports", [])]
-    assert {name for name, _ in published} == {"proxy", "prometheus", "grafana"}
+    assert {name for name, _ in published} == {"proxy", "prometheus", "grafana", "api"}
     for name, port in published:
         assert isinstance(port, str), f"{name}: write ports as quoted strings"
         host = port.rsplit(":", 2)[0]
@@ -177,6 +178,13 @@ def test_grafana_provisions_prometheus_and_the_dashboard() -> None:
     assert prov["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
+def _worker_metric_names() -> set[str]:
+    from proxy.cluster import WorkerMetrics
+
+    return {sample.name for metric in WorkerMetrics().registry.collect()
+            for sample in metric.samples}
+
+
 def _dashboard_metric_names() -> set[str]:
     dash = json.loads((ROOT / "deploy/grafana/dashboards/proxy.json").read_text(encoding="utf-8"))
     names: set[str] = set()
@@ -187,7 +195,7 @@ def _dashboard_metric_names() -> set[str]:
 
 
 def test_every_dashboard_metric_is_exported_by_the_service() -> None:
-    exported = ServiceMetrics().exported_names()
+    exported = ServiceMetrics().exported_names() | _worker_metric_names()
     queried = _dashboard_metric_names()
     assert queried, "the dashboard queries no proxy metric"
     assert queried <= exported, f"not exported: {sorted(queried - exported)}"
@@ -215,3 +223,53 @@ def test_image_command_is_a_console_script_of_this_package() -> None:
     assert "HEALTHCHECK" in dockerfile and "/healthz" in dockerfile
     assert dockerfile.count("FROM ") >= 2, "multi-stage build expected"
     assert "COPY migrations" in dockerfile
+
+
+# --------------------------------------------------------------------------- profile scale (issue 21)
+
+def test_the_scale_profile_adds_the_broker_workers_api_replicas_and_a_standby() -> None:
+    services = _compose()["services"]
+    scale = {name for name, svc in services.items() if "scale" in svc.get("profiles", [])}
+    assert scale == {"nats", "scheduler", "worker", "api"}
+    assert "-js" in services["nats"]["command"]  # JetStream: jobs survive a broker restart
+    assert any(v.startswith("natsdata:") for v in services["nats"]["volumes"])
+    for name in ("scheduler", "worker", "api"):
+        svc = services[name]
+        command = svc["command"]
+        assert command[:2] == ["proxy", "serve"] and command[command.index("--role") + 1] == name
+        assert svc["depends_on"]["nats"]["condition"] == "service_healthy"
+        assert svc["depends_on"]["db"]["condition"] == "service_healthy"
+        # One environment for every role: same database, broker and metrics token.
+        assert svc["environment"] == services["proxy"]["environment"]
+    assert "ports" not in services["worker"]  # `--scale worker=4` must not fight over a port
+    assert services["proxy"]["command"][-1] == "${PROXY_ROLE:-all}"
+
+
+def test_every_role_is_a_valid_serve_role() -> None:
+    from proxy.api.roles import ROLES
+
+    services = _compose()["services"]
+    for name in ("scheduler", "worker", "api"):
+        command = services[name]["command"]
+        assert command[command.index("--role") + 1] in ROLES
+    assert _env_example()["PROXY_ROLE"] in ROLES
+
+
+def test_prometheus_scrapes_every_scaled_process_with_the_token() -> None:
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text(encoding="utf-8"))
+    jobs = {job["job_name"]: job for job in prom["scrape_configs"]}
+    for role in ("scheduler", "worker", "api"):
+        job = jobs[role]
+        assert job["dns_sd_configs"] == [{"names": [role], "type": "A", "port": 8000}]
+        assert job["authorization"]["credentials_file"] == "/run/secrets/metrics_token"
+        assert job["metrics_path"] == "/metrics"
+
+
+def test_dashboard_shows_per_role_health() -> None:
+    dash = json.loads((ROOT / "deploy/grafana/dashboards/proxy.json").read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert "sum by (job) (up)" in exprs  # processes up, per role (the scrape jobs are roles)
+    queried = _dashboard_metric_names()
+    for needed in ("proxy_leader", "proxy_worker_jobs_total", "proxy_worker_jobs_redelivered_total",
+                   "proxy_worker_broker_connected"):
+        assert needed in queried

@@ -34,6 +34,7 @@ from proxy.api._cache import ResponseCache, TtlMap
 from proxy.api.deps import READ_TTL_SECONDS, Service
 from proxy.api.limits import BodyLimitMiddleware, refuse_unprintable
 from proxy.api.problems import install_problem_handlers, install_problem_schema, problem_responses
+from proxy.api.routes_cluster import router as cluster_router
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_keys import router as keys_router
 from proxy.api.routes_notify import router as notify_router
@@ -95,6 +96,7 @@ def make_app(
     app.include_router(notify_router)
     app.include_router(plan_router)
     install_web(app, settings)  # the pages under /ui (issue 20)
+    app.include_router(cluster_router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

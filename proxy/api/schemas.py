@@ -396,10 +396,11 @@ class MetricsSummaryOut(BaseModel):
 
 class ReadyOut(BaseModel):
     """``/readyz``: ``status`` is ``ready`` (200), ``standby`` (503: another process runs the
-    chronon loop; this one answers reads and takes over if it stops) or ``unavailable`` (503)."""
+    chronon loop; this one answers reads and takes over if it stops) or ``unavailable`` (503).
+    ``role`` ``api`` (``proxy serve --role api``) is ready whenever its database answers."""
 
     status: Literal["ready", "standby", "unavailable"]
-    role: Literal["leader", "standby"]
+    role: Literal["leader", "standby", "api"]
     epoch: int | None = None
     ready: bool
     database: bool

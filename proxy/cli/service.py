@@ -22,8 +22,14 @@ def register(app: typer.Typer) -> None:
         root_path: Annotated[str, typer.Option(
             "--root-path", help="The path prefix a reverse proxy serves this under (e.g. /proxy): "
                                 "links of the web interface (/ui) start with it.")] = "",
+        role: Annotated[str, typer.Option(
+            help="all (one process does everything), scheduler, worker or api (docs/scale.md).",
+        )] = "all",
     ) -> None:
         """Run the proxy: REST API, chronon loop and housekeeping (settings from PROXY_* env).
+
+        With PROXY_BROKER_URL set, --role scheduler, worker and api run the parts in separate
+        processes, any number of each (docs/scale.md); --role all is the one-process default.
 
         Migrates the database on start unless PROXY_MIGRATE_ON_START=false.
         Invalid settings print the offending variable and exit with status 2; a port
@@ -57,11 +63,18 @@ def register(app: typer.Typer) -> None:
 
         import uvicorn
 
-        from proxy.api import make_app
+        from proxy.api.roles import ROLES, make_role_app
         from proxy.service.logs import configure_logging
 
+        if role not in ROLES:
+            typer.echo(f"error: --role: {role!r} is not one of {', '.join(ROLES)}", err=True)
+            raise typer.Exit(code=2)
         configure_logging(settings.log_level, settings.log_format)
-        app_ = make_app(settings)
+        try:
+            app_ = make_role_app(settings, role)
+        except SettingsError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(code=2) from None
         # log_config=None: uvicorn's records go through configure_logging's renderer (JSON when asked).
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
                     access_log=False, lifespan="on", loop=loop, log_config=None,

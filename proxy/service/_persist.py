@@ -29,12 +29,14 @@ from proxy.store import (
     CeiState,
     CeiStateChange,
     FeedUpdate,
+    Lease,
     NewEi,
     NewEntry,
     ProbeInput,
     ProbeItem,
     ProbeRecord,
     Store,
+    fence_writes,
 )
 
 log = structlog.get_logger("proxy.service")
@@ -146,6 +148,9 @@ class Writer:
 
     ``guard``, when given, is asked before every round: while it says no (the
     loop's lease was not renewed in time) the round is dropped, not written.
+    ``fence``: the lease the writer's transactions are conditional on (a write
+    after a takeover fails with :class:`~proxy.errors.FencedError`, counted in
+    ``proxy_writes_refused``).
     """
 
     store: Store
@@ -159,6 +164,9 @@ class Writer:
     #: Called after a round that wrote CEI resolutions (and so, maybe, outbox rows): wakes
     #: the dispatcher and the event streams. Must not block.
     on_resolved: Callable[[], None] | None = None
+    #: The loop's lease: every transaction of the writer's task checks it is still current
+    #: (issue 21: a deposed leader's late writes are refused by the database itself).
+    fence: Lease | None = None
     _queue: asyncio.Queue[Sequence[Step]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
     written: int = 0
@@ -207,6 +215,9 @@ class Writer:
             log.warning("writer_aborted", batches=dropped)
 
     async def _run(self) -> None:
+        fence = self.fence
+        if fence is not None and fence.holder is not None:
+            fence_writes(fence.name, fence.holder, fence.epoch)
         while True:
             batches = [await self._queue.get()]
             # Everything queued meanwhile joins this round: consecutive CEI openings share a

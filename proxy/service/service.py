@@ -18,6 +18,12 @@ same restore when it wins the lease. A holder that loses its lease stops probing
 and writing at once and becomes a standby again. ``PROXY_STANDBY=exit`` makes
 :meth:`ProxyService.start` raise :class:`StandbyError` instead.
 
+Scale-out (issue 21, docs/scale.md): the leader's writer is fenced by the lease
+epoch; on PostgreSQL the leader also applies changes that API replicas
+(``campaign=False``, ``proxy serve --role api``) stored and forwarded by
+LISTEN/NOTIFY (:mod:`proxy.service.changes`). A replica never leads: it
+validates and stores a change, then forwards it.
+
 What it does not do: speak HTTP (``proxy.api``) or parse settings (``proxy.settings``).
 """
 
@@ -57,9 +63,12 @@ from proxy.feeds import (
 from proxy.notify.senders import Sender, WebhookSender
 from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
+from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
+from proxy.service._feeds import FeedTable
 from proxy.service._persist import Writer
 from proxy.service._ratelimit import TokenBuckets
+from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
@@ -103,11 +112,13 @@ class ServiceStatus:
     inflight: int
     backlog: int
     detail: str = ""
-    role: Literal["leader", "standby"] = "leader"
+    role: Literal["leader", "standby", "api"] = "leader"
     epoch: int | None = None
 
     @property
     def ready(self) -> bool:
+        if self.role == "api":  # an API replica (issue 21) never runs the loop
+            return self.database
         return self.database and self.ticking and self.role == "leader"
 
     @property
@@ -140,6 +151,7 @@ class ProxyService:
     ``run_loop=False`` restores everything but does not tick (tests drive
     :meth:`ChrononLoop.tick` themselves). ``lease`` (default: ``run_loop``): take
     the chronon loop's lease first; without it the service always leads.
+    ``campaign=False`` (``--role api``): never take the lease, serve as a standby.
     """
 
     def __init__(
@@ -155,6 +167,7 @@ class ProxyService:
         lease: bool | None = None,
         sender: Sender | None = None,
         deliver: bool = True,
+        campaign: bool = True,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
@@ -168,6 +181,9 @@ class ProxyService:
         self._run_loop = run_loop
         self._housekeeping = housekeeping
         self._use_lease = run_loop if lease is None else lease
+        # Issue 21: an API replica (`--role api`) never leads; it serves reads as a standby.
+        self._campaign = campaign
+        self._changes: ChangeListener | None = None
         self._leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
         self._sender = sender
@@ -276,6 +292,10 @@ class ProxyService:
             leader = self._leader = Leader(
                 loop_store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
                 on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
+            if not self._campaign:
+                leader.seen = await store.current_lease(LOOP_LEASE)
+                await self._stand_by()
+                return
             lease = await leader.acquire()
             if lease is not None:
                 await self._lead(lease)
@@ -323,6 +343,7 @@ class ProxyService:
         """
         loop_task, loop, writer = self._loop_task, self._loop, self._writer
         dispatcher, self._dispatcher = self._dispatcher, None
+        changes, self._changes = self._changes, None
         self._loop_task = None
         self._runtime = None
         self._loop = None
@@ -333,8 +354,7 @@ class ProxyService:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         self.metrics.leader_changes.inc()
-        # Not leading from this moment: /metrics says so before the awaits below end.
-        self.metrics.leader.set(0)
+        self.metrics.leader.set(0)  # before any await: scrapes never see two leaders
         self.metrics.lease_epoch.set(0)
         if loop is not None:
             await loop.stop()
@@ -342,6 +362,8 @@ class ProxyService:
             await writer.abort()
         if dispatcher is not None:  # the new leader delivers (the outbox is in the database)
             await dispatcher.stop()
+        if changes is not None:
+            await changes.stop()
         if loop_task is not None:
             await cancel_and_wait(loop_task)
         gc.unfreeze()  # the restored state is garbage now; the next takeover freezes anew
@@ -359,7 +381,7 @@ class ProxyService:
         runtime = Runtime(clock)
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
-                        on_resolved=self._resolved)
+                        on_resolved=self._resolved, fence=lease)
         collected = await store.collect_unregistered_feeds()
         if collected:
             # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
@@ -415,6 +437,9 @@ class ProxyService:
             guard=leader.holds if leader is not None else None,
         )
         self._runtime, self._writer = runtime, writer
+        if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
+            self._changes = ChangeListener(s.database_url, self._apply_change)
+            self._changes.start()
         self.metrics.leader.set(1)
         self.metrics.lease_epoch.set(lease.epoch if lease is not None else 0)
         log.info("service_started", chronon=now, feeds=len(runtime.feeds),
@@ -435,6 +460,9 @@ class ProxyService:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self._changes is not None:
+            await self._changes.stop()
+            self._changes = None
         if self._loop_task is not None:
             await cancel_and_wait(self._loop_task)
             self._loop_task = None
@@ -569,6 +597,12 @@ class ProxyService:
         Returns ``(feed, created)``; ``created`` is whether the *user's* registration is new.
         Users who register the same (normalised) URL share one feed, fetched once per probe.
         """
+        if self._replica:
+            url = url.strip()
+            await self.fetcher.check_url(url)
+            registered, created = await self.store.register_feed_for(user_id, url)
+            await self._forward(Change("feed", registered.feed.id))
+            return registered, created
         self._require_leader()
         url = url.strip()
         await self.fetcher.check_url(url)
@@ -618,6 +652,10 @@ class ProxyService:
     async def delete_feed(self, user_id: int, feed_id: int) -> None:
         """Delete the user's registration (:class:`ConflictError` while their rules read it);
         the shared feed leaves the engine with its last registration."""
+        if self._replica:
+            if await self.store.delete_registration(user_id, feed_id):
+                await self._forward(Change("feed_deleted", feed_id))
+            return
         self._require_leader()
         gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
@@ -627,7 +665,8 @@ class ProxyService:
 
     async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
         """A new ping token for the user's registration; the old one stops working."""
-        self._require_leader()
+        if not self._replica:  # a token lives in the database only: any replica rotates it
+            self._require_leader()
         registration = await self.store.rotate_ping_token(user_id, feed_id)
         log.info("ping_token_rotated", feed=feed_id, user=user_id)
         return registration
@@ -644,11 +683,14 @@ class ProxyService:
         with the seconds to wait), whoever sends them: a flood on one feed cannot open
         CEIs that spend the budget other feeds' rules need.
         """
-        self._require_leader()
+        if not self._replica:
+            self._require_leader()
         s = self.settings
         users = await self.store.ping_users(feed_id, token) if token else []
         if not users:
-            if feed_id not in self.runtime.feeds.by_id:
+            if self._replica:
+                await self.store.get_feed(feed_id)  # FeedNotFoundError
+            elif feed_id not in self.runtime.feeds.by_id:
                 raise FeedNotFoundError(feed_id)
             raise AuthError("wrong or missing ping token for this feed")
         wait = self._ping_buckets.take(feed_id)
@@ -659,6 +701,15 @@ class ProxyService:
                 f"{s.ping_rate_per_minute:g} per minute (PROXY_PING_BURST, "
                 f"PROXY_PING_RATE_PER_MINUTE); retry in {wait:.1f} s", wait)
         self.metrics.pings.labels(outcome="accepted").inc()
+        if self._replica:
+            # The leader applies it when the notification arrives: how many CEIs it touches is
+            # not known here (0).
+            await self._forward(Change("ping", feed_id, users=tuple(users)))
+            return 0
+        return await self._apply_ping(feed_id, users)
+
+    async def _apply_ping(self, feed_id: int, users: list[int]) -> int:
+        """A ping authenticated as ``users``: the evaluator hears it for their profiles."""
         profiles = {str(pid) for pid in await self.store.profile_ids_of(users)}
         rt = self.runtime
         slot = rt.feeds.by_id.get(feed_id)
@@ -677,6 +728,12 @@ class ProxyService:
 
     async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
         """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
+        if self._replica:
+            await self._check(user_id, spec)
+            profile = await self.store.create_profile(
+                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            await self._forward(Change("profile", profile.id, user_id))
+            return profile
         rt = self._require_leader()
         await self._check(user_id, spec)
         async with self._lock:
@@ -694,6 +751,13 @@ class ProxyService:
 
     async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
         """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
+        if self._replica:
+            await self.store.get_profile(user_id, profile_id)
+            await self._check(user_id, spec)
+            profile = await self.store.replace_profile(
+                user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            await self._forward(Change("profile", profile.id, user_id))
+            return profile
         rt = self._require_leader()
         # Another user's profile is 404 before anything about its body (feeds) is said.
         await self.store.get_profile(user_id, profile_id)
@@ -718,9 +782,15 @@ class ProxyService:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
         feed ids (only feeds the user registered: another user's feed is as unknown as a
         missing one), then compiling it in a scratch evaluator (regexes, cron, durations)."""
-        rt = self.runtime
-        check_feeds(spec, rt.feeds, await self.store.registered_feed_ids(user_id))
-        TriggerEvaluator(rt.clock).add_profile("check", spec, rt.feeds.resource_of)
+        if self._replica:  # no engine here: the feeds as stored, the clock as read at start
+            feeds = FeedTable()
+            for feed in await self.store.list_feeds():
+                feeds.put(feed)
+            clock: ChrononMapping = self.clock
+        else:
+            feeds, clock = self.runtime.feeds, self.runtime.clock
+        check_feeds(spec, feeds, await self.store.registered_feed_ids(user_id))
+        TriggerEvaluator(clock).add_profile("check", spec, feeds.resource_of)
         # Notify targets: the feeds' SSRF guard for webhooks (issue 19), Apprise's parser.
         targets = [(f"notify.{i}.{t.kind}", t.kind, t.url) for i, t in enumerate(spec.notify or ())]
         for r, rule in enumerate(spec.rules):
@@ -731,6 +801,10 @@ class ProxyService:
             await check_targets(targets, policy, SystemResolver())
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        if self._replica:
+            await self.store.delete_profile(user_id, profile_id)
+            await self._forward(Change("profile_deleted", profile_id, user_id))
+            return
         self._require_leader()
         async with self._lock:
             await self.store.delete_profile(user_id, profile_id)
@@ -738,6 +812,43 @@ class ProxyService:
         self._profiles_changed(user_id)
         self._submit(steps)
         log.info("profile_deleted", profile=profile_id, user=user_id)
+
+    # ------------------------------------------------------------------ replicas (issue 21)
+
+    @property
+    def _replica(self) -> bool:
+        """An API replica (``--role api``): changes go to the database, then to the leader."""
+        return not self._campaign
+
+    async def _forward(self, change: Change) -> None:
+        """Tell the leading scheduler (LISTEN/NOTIFY, :mod:`proxy.service.changes`)."""
+        await self.store.notify(CHANNEL, change.encode())
+        log.info("change_forwarded", kind=change.kind, id=change.id)
+
+    async def _apply_change(self, change: Change) -> None:
+        """A replica's change, on the leader: as if this process's own API had made it."""
+        rt = self._runtime
+        if rt is None:
+            return  # stepped down meanwhile: the next leader restores from the database
+        if change.kind == "feed":
+            rt.feeds.put(await self.store.get_feed(change.id))
+        elif change.kind == "feed_deleted":
+            try:
+                await self.store.get_feed(change.id)
+            except FeedNotFoundError:
+                rt.feeds.remove(change.id)
+        elif change.kind == "ping":
+            await self._apply_ping(change.id, list(change.users))
+        elif change.kind == "profile" and change.user is not None:
+            profile = await self.store.get_profile(change.user, change.id)
+            async with self._lock:
+                steps = rt.install(profile, restore_states=False)
+            self._submit(steps)
+        elif change.kind == "profile_deleted":
+            async with self._lock:
+                steps = rt.uninstall(change.id)
+            self._submit(steps)
+        log.info("change_applied", kind=change.kind, id=change.id)
 
     # ------------------------------------------------------------------ delivery
 
@@ -853,8 +964,10 @@ class ProxyService:
             and time.monotonic() - last < max(3 * self.settings.chronon_seconds, 1.0)
         )
         leader = self._leader
-        role: Literal["leader", "standby"] = "leader" if self.leading else "standby"
-        if role == "standby" and not detail:
+        role: Literal["leader", "standby", "api"] = "leader" if self.leading else "standby"
+        if not self._campaign:
+            role = "api"
+        elif role == "standby" and not detail:
             detail = f"standby: {_describe_lease(leader.seen if leader is not None else None)}"
         lease = leader.lease if leader is not None else None
         return ServiceStatus(

@@ -7,7 +7,9 @@ Public API::
     Store.from_url(url) / Store(engine)   # every query the service and API need
     records: User, ApiKey, ChrononFigures, Feed, Registration, RegisteredFeed, FeedHealth, Profile, Rule, Cei, Ei,
              Entry, CapturedEntry, Probe, MetricsSummary, ProfileCompleteness, PurgeResult,
-             ProbeRecord, Lease (who runs the chronon loop: holder, epoch, expiry)
+             ProbeRecord, Lease (who runs the chronon loop: holder, epoch, expiry),
+             ClusterProcess (a live process of a scaled-out deployment)
+    fence_writes(lease, holder, epoch)   # this task's transactions commit only at that epoch
     inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
              ProbeItem (one probe's inputs to record_probes), TargetInput, AttemptOutcome
     outbox:  NotifyTarget, NotificationEvent, Delivery, DueDelivery (issue 19)
@@ -16,6 +18,7 @@ Nothing outside this package writes SQL. The store knows nothing of policies,
 HTTP or rule semantics.
 """
 
+from proxy.store._cluster import ClusterProcess, fence_writes
 from proxy.store._engine import make_engine
 from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
@@ -70,6 +73,7 @@ __all__ = [
     "CeiState",
     "CeiStateChange",
     "ChrononFigures",
+    "ClusterProcess",
     "Delivery",
     "DeliveryState",
     "DueDelivery",
@@ -102,6 +106,7 @@ __all__ = [
     "User",
     "current_revision",
     "downgrade_database",
+    "fence_writes",
     "hash_api_key",
     "make_engine",
     "upgrade_database",

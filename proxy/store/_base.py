@@ -20,6 +20,7 @@ from proxy.errors import (
     ValidationError,
 )
 from proxy.store._engine import make_engine
+from proxy.store._fence import check_fence
 from proxy.store._models import (
     EntryRow,
     FeedRegistrationRow,
@@ -216,6 +217,8 @@ class StoreBase:
         """One transaction; driver errors leave as :class:`StorageError`, ours pass through."""
         try:
             async with self._engine.begin() as conn:
+                # Issue 21: a fenced context's writes commit only while its lease epoch is current.
+                await check_fence(conn)
                 yield conn
         except ProxyError:
             raise

@@ -455,3 +455,19 @@ class DeliveryRow(Base):
 
 
 metadata = Base.metadata
+
+
+class ClusterProcessRow(Base):
+    """One running ``proxy serve`` process (issue 21): its role and address, refreshed by heartbeats."""
+
+    __tablename__ = "cluster_processes"
+    __table_args__ = (Index("ix_cluster_processes_heartbeat_at", "heartbeat_at"),)
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    leads: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    epoch: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[dt.datetime]
+    heartbeat_at: Mapped[dt.datetime]

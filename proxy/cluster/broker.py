@@ -1,0 +1,276 @@
+"""Probe jobs over NATS JetStream (issue 21): the streams, and the scheduler's side of them.
+
+Why JetStream: the NATS server already runs on this machine and in the compose
+file, and nats-py is its maintained asyncio client. A work-queue stream gives
+exactly what probe jobs need with no queue code of ours: a message stays until
+a consumer acknowledges it, a job a worker took and did not acknowledge within
+``ack_wait`` (the worker died mid-probe) is delivered again, the server keeps
+messages on disk across its own restart, and ``Nats-Msg-Id`` de-duplicates
+publishes within a window (a result published twice is stored once).
+
+Streams and subjects:
+
+* ``PROXY_JOBS`` (work queue) on ``proxy.jobs``; the workers share one durable
+  pull consumer, ``proxy-workers``, so each job goes to one worker at a time.
+* ``PROXY_RESULTS`` on ``proxy.results.<prober id>``: each scheduler process
+  reads only its own subject through its own durable consumer, so a standby or
+  a deposed leader never takes the current leader's results.
+
+:class:`BrokerProber` is the scheduler's :class:`~proxy.feeds.Prober`: the
+chronon loop calls ``probe()`` as it would call the in-process fetcher, and
+gets the result a worker published. It applies the per-host limits
+(concurrency, least delay between starts) before publishing: the leader is the
+only process that dispatches, so they hold across all workers. A result is
+applied once: the first for a job id resolves its probe, any later copy (a
+redelivered job probed twice) is counted in :attr:`BrokerProber.duplicates`
+and dropped. A job nobody answered within ``job_timeout`` ends as a
+``NetworkError``, and workers drop it unprobed once it expired.
+
+What it does not do: decide (the loop does), or store anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import itertools
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, RetentionPolicy, StorageType
+
+from proxy.cluster.codec import Job, MessageError, decode_result, encode_job
+from proxy.errors import SettingsError
+from proxy.feeds import FeedState, KnownEntries, NetworkError, ProbeResult
+from proxy.feeds.fetch import check_feed_url
+from proxy.feeds.politeness import HostLimiter
+from proxy.feeds.ssrf import AddressPolicy, SystemResolver
+
+__all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "connect",
+           "ensure_streams"]
+
+log = structlog.get_logger("proxy.cluster")
+
+JOBS_STREAM = "PROXY_JOBS"
+JOBS_SUBJECT = "proxy.jobs"
+RESULTS_STREAM = "PROXY_RESULTS"
+RESULTS_PREFIX = "proxy.results"
+WORKERS_CONSUMER = "proxy-workers"
+#: Publishes with the same Nats-Msg-Id within this window are stored once.
+DUPLICATE_WINDOW_SECONDS = 600.0
+#: Results nobody read (a scheduler that died) are dropped after this.
+RESULTS_MAX_AGE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """How jobs travel: ``job_timeout`` bounds a job's life (queueing, probe, result);
+    ``ack_wait`` is how long a worker may hold a job before it is delivered again."""
+
+    url: str
+    job_timeout: float = 60.0
+    ack_wait: float = 30.0
+    per_host_concurrency: int = 2
+    per_host_min_delay: float = 1.0
+
+
+def check_broker_url(url: str) -> str:
+    """The URL if it is a NATS one; :class:`SettingsError` naming ``PROXY_BROKER_URL`` otherwise."""
+    scheme = urlsplit(url).scheme
+    if scheme not in ("nats", "tls"):
+        raise SettingsError(
+            f"PROXY_BROKER_URL: {url!r}: this proxy speaks NATS JetStream (nats://host:4222); "
+            f"scheme {scheme!r} is not supported")
+    return url
+
+
+async def connect(url: str, name: str) -> NATS:
+    """A client that reconnects for ever (the broker restarting must not end a process)."""
+    return await nats.connect(
+        check_broker_url(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+        connect_timeout=5, allow_reconnect=True)
+
+
+async def ensure_streams(js: JetStreamContext) -> None:
+    """Create the two streams if missing (every role calls it: whoever starts first)."""
+    for name, subjects, retention, max_age in (
+        (JOBS_STREAM, [JOBS_SUBJECT], RetentionPolicy.WORK_QUEUE, None),
+        (RESULTS_STREAM, [f"{RESULTS_PREFIX}.>"], RetentionPolicy.LIMITS, RESULTS_MAX_AGE_SECONDS),
+    ):
+        try:
+            await js.stream_info(name)
+            continue
+        except nats.js.errors.NotFoundError:
+            pass
+        with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile by another
+            await js.add_stream(name=name, subjects=subjects, retention=retention,
+                                storage=StorageType.FILE, max_age=max_age,
+                                duplicate_window=DUPLICATE_WINDOW_SECONDS)
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[ProbeResult]
+    known: KnownEntries
+
+
+class BrokerProber:
+    """The scheduler's :class:`~proxy.feeds.Prober` that sends each probe to a worker.
+
+    ``async with BrokerProber(settings, policy) as prober: await prober.probe(…)``.
+    """
+
+    def __init__(self, settings: BrokerSettings, policy: AddressPolicy) -> None:
+        self.settings = settings
+        self.id = f"s{secrets.token_hex(6)}"
+        self._policy = policy
+        self._resolver = SystemResolver()
+        self._limiter = HostLimiter(settings.per_host_concurrency, settings.per_host_min_delay)
+        self._seq = itertools.count(1)
+        self._pending: dict[str, _Pending] = {}
+        self._nc: NATS | None = None
+        self._js: JetStreamContext | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: Jobs stored by the broker, results applied, results for jobs already answered
+        #: (dropped), jobs nobody answered in time.
+        self.published = 0
+        self.results = 0
+        self.duplicates = 0
+        self.timeouts = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def __aenter__(self) -> BrokerProber:
+        nc = self._nc = await connect(self.settings.url, f"proxy-scheduler-{self.id}")
+        js = self._js = nc.jetstream()
+        await ensure_streams(js)
+        sub = await js.pull_subscribe(
+            f"{RESULTS_PREFIX}.{self.id}", durable=f"results-{self.id}", stream=RESULTS_STREAM,
+            config=ConsumerConfig(ack_wait=30, inactive_threshold=RESULTS_MAX_AGE_SECONDS))
+        self._task = asyncio.create_task(self._receive(sub), name="proxy-broker-results")
+        log.info("broker_connected", role="scheduler", prober=self.id)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for pending in self._pending.values():
+            pending.future.cancel()
+        self._pending.clear()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):  # closing a connection to a broker that is away
+                await self._nc.close()
+            self._nc = None
+
+    async def check_url(self, url: str) -> None:
+        """As :meth:`Fetcher.check_url`, in this process (no request is sent)."""
+        await check_feed_url(url, self._policy, self._resolver)
+
+    async def probe(self, state: FeedState, known: KnownEntries, *, now: dt.datetime) -> ProbeResult:
+        """Publish a job, wait for its result; every outcome is a result (as the fetcher's)."""
+        if self._js is None:
+            raise RuntimeError("BrokerProber.probe() called outside 'async with BrokerProber(...)'")
+        started = time.perf_counter()
+        deadline = time.time() + self.settings.job_timeout
+        job = Job(f"{self.id}.{next(self._seq)}", state, now, deadline,
+                  f"{RESULTS_PREFIX}.{self.id}")
+        host = urlsplit(state.url).hostname or ""
+        future: asyncio.Future[ProbeResult] = asyncio.get_running_loop().create_future()
+        self._pending[job.id] = _Pending(future, known)
+        try:
+            async with self._limiter.slot(host):
+                if not await self._publish(job, deadline):
+                    return self._failed(state, started, "broker unreachable: the job was not queued")
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future),
+                                                  max(deadline - time.time(), 0.0))
+                except TimeoutError:
+                    self.timeouts += 1
+                    return self._failed(state, started, f"no probe worker answered within "
+                                        f"{self.settings.job_timeout:g} s")
+        finally:
+            self._pending.pop(job.id, None)
+
+    async def _publish(self, job: Job, deadline: float) -> bool:
+        """Publish until the broker stores the job (it may be restarting) or the job expires."""
+        assert self._js is not None
+        data = encode_job(job)
+        while True:
+            try:
+                await self._js.publish(JOBS_SUBJECT, data, timeout=2.0, stream=JOBS_STREAM,
+                                       headers={"Nats-Msg-Id": job.id})
+                self.published += 1
+                return True
+            except (nats.errors.Error, TimeoutError) as exc:
+                if time.time() + 0.25 >= deadline:
+                    log.error("job_not_published", job=job.id, error=repr(exc))
+                    return False
+                await asyncio.sleep(0.25)
+
+    def _failed(self, state: FeedState, started: float, reason: str) -> NetworkError:
+        return NetworkError(state=FeedState(state.url, state.etag, state.last_modified,
+                                            state.consecutive_errors + 1),
+                            elapsed=time.perf_counter() - started, reason=reason)
+
+    async def _receive(self, sub: JetStreamContext.PullSubscription) -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(batch=256, timeout=1.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.Error as exc:  # reconnecting: the client retries by itself
+                log.debug("results_fetch_failed", error=repr(exc))
+                await asyncio.sleep(0.25)
+                continue
+            for msg in msgs:
+                self._apply(msg.data)
+                with contextlib.suppress(nats.errors.Error, TimeoutError):
+                    # Not acked (broker away): redelivered later, then dropped as a duplicate.
+                    await msg.ack()
+
+    def _apply(self, data: bytes) -> None:
+        try:
+            job_id = _job_id(data)
+        except MessageError as exc:
+            log.error("bad_result", error=str(exc))
+            return
+        pending = self._pending.get(job_id)
+        if pending is None or pending.future.done():
+            # Answered already (a redelivered job probed twice), or given up on: once only.
+            self.duplicates += 1
+            log.info("result_dropped", job=job_id, reason="already applied or expired")
+            return
+        try:
+            result = decode_result(data, pending.known)
+        except MessageError as exc:
+            log.error("bad_result", job=job_id, error=str(exc))
+            return
+        self.results += 1
+        pending.future.set_result(result.result)
+
+
+def _job_id(data: bytes) -> str:
+    """The job id alone (cheap: results for unknown jobs are not decoded further)."""
+    try:
+        obj = json.loads(data)
+        return str(obj["id"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise MessageError(f"result: no job id ({exc!r})") from None

@@ -1,0 +1,132 @@
+"""Changes made by API replicas, carried to the leading scheduler by PostgreSQL LISTEN/NOTIFY (issue 21).
+
+An API replica (``proxy serve --role api``) holds no engine: it validates a
+change, stores it (the database is the truth), then sends a :class:`Change`
+on channel ``proxy_changes``. The process that runs the chronon loop listens
+and applies the change to its engine and evaluator as if its own API had
+received it (for profiles and feeds: reloaded from the database; for pings:
+the users whose token pinged).
+
+Why NOTIFY and not the broker: the change and its notification commit in the
+same database, and PostgreSQL delivers a NOTIFY only when its transaction
+commits, so the scheduler never hears of a change it cannot read yet.
+
+Delivery is at most once: a notification sent while no leader listens (a
+failover in progress) is lost, but a new leader restores feeds and profiles
+from the database anyway; only a ping sent in that window is lost (the feed
+is still probed by the policy). Bad payloads are logged and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+
+from proxy.errors import ValidationError
+
+__all__ = ["CHANNEL", "Change", "ChangeListener", "decode_change"]
+
+log = structlog.get_logger("proxy.service")
+
+CHANNEL = "proxy_changes"
+Kind = Literal["feed", "feed_deleted", "profile", "profile_deleted", "ping"]
+_KINDS = ("feed", "feed_deleted", "profile", "profile_deleted", "ping")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What changed: feed ``id``, or profile ``id`` of ``user``; a ping of feed ``id`` by ``users``."""
+
+    kind: Kind
+    id: int
+    user: int | None = None
+    users: tuple[int, ...] = ()
+
+    def encode(self) -> str:
+        return json.dumps({"kind": self.kind, "id": self.id, "user": self.user,
+                           "users": list(self.users)}, separators=(",", ":"))
+
+
+def decode_change(payload: str) -> Change:
+    """The change; :class:`ValidationError` naming what is wrong otherwise."""
+    try:
+        obj = json.loads(payload)
+        kind = obj["kind"]
+        if kind not in _KINDS:
+            raise ValidationError(f"change: unknown kind {kind!r}")
+        user = obj.get("user")
+        return Change(kind, int(obj["id"]), None if user is None else int(user),
+                      tuple(int(u) for u in obj.get("users", ())))
+    except ValidationError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValidationError(f"change: malformed payload {payload[:200]!r} ({exc!r})") from None
+
+
+class ChangeListener:
+    """Listens on :data:`CHANNEL` (reconnecting) and applies each change in order with ``apply``."""
+
+    def __init__(self, dsn: str, apply: Callable[[Change], Awaitable[None]]) -> None:
+        self.dsn = dsn.replace("postgresql+asyncpg://", "postgresql://", 1)
+        self._apply = apply
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.listening = asyncio.Event()
+        self.applied = 0
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._listen(), name="proxy-changes-listen"),
+                       asyncio.create_task(self._work(), name="proxy-changes-apply")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self._queue.put_nowait(payload)
+
+    async def _listen(self) -> None:
+        import asyncpg
+
+        while True:
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=10)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("changes_listen_failed", error=repr(exc))
+                await asyncio.sleep(1.0)
+                continue
+            lost = asyncio.Event()
+            try:
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._on_notify)
+                self.listening.set()
+                await lost.wait()
+                log.warning("changes_connection_lost")
+            finally:
+                self.listening.clear()
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+    async def _work(self) -> None:
+        while True:
+            payload = await self._queue.get()
+            try:
+                change = decode_change(payload)
+            except ValidationError as exc:
+                log.error("bad_change", error=str(exc))
+                continue
+            try:
+                await self._apply(change)
+                self.applied += 1
+            except Exception:  # one bad change must not stop the others
+                log.exception("change_failed", kind=change.kind, id=change.id)

@@ -1,0 +1,146 @@
+"""Helpers for the scale-out tests (issue 21): a private NATS JetStream server, role processes.
+
+``nats_server`` starts ``nats-server -js`` on a free port with its own store
+directory, so tests never touch (or restart) the machine's shared broker on
+4222. It is skipped when the binary is missing, unless ``PROXY_REQUIRE_BROKER=1``
+(CI: ``.ci/run`` sets it), then it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+NATS_SERVER = shutil.which("nats-server") or next(
+    (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if os.path.exists(p)), None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class NatsServer:
+    """One private nats-server with JetStream; :meth:`restart` keeps port and store."""
+
+    def __init__(self, store_dir: Path) -> None:
+        assert NATS_SERVER is not None
+        self.port = free_port()
+        self.store_dir = store_dir
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        assert NATS_SERVER is not None
+        log = (self.store_dir / "nats.log").open("ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd",
+            str(self.store_dir), stdout=log, stderr=log)
+        log.close()
+        for _ in range(200):
+            if _listening(self.port):
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"nats-server did not listen on {self.port}")
+
+    async def kill(self) -> None:
+        """SIGKILL, as a crash: JetStream recovers its file store at the next start."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        self.proc = None
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        self.proc = None
+
+    async def restart(self) -> None:
+        await self.kill()
+        await self.start()
+
+
+def _require_binary() -> None:
+    if NATS_SERVER is not None:
+        return
+    reason = "nats-server not installed (apt-get install nats-server)"
+    if os.environ.get("PROXY_REQUIRE_BROKER") == "1":
+        pytest.fail(f"{reason} (PROXY_REQUIRE_BROKER=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    _require_binary()
+    store = tmp_path / "jetstream"
+    store.mkdir()
+    server = NatsServer(store)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def role_env(database_url: str, broker_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
+    env.update({
+        "PROXY_DATABASE_URL": database_url,
+        "PROXY_BROKER_URL": broker_url,
+        "PROXY_ALLOW_PRIVATE_NETWORKS": "true",
+        "PROXY_PER_HOST_CONCURRENCY": "50",
+        "PROXY_PER_HOST_MIN_DELAY_SECONDS": "0",
+        "PROXY_RESPECT_CACHE_HINTS": "false",
+        "PROXY_RETENTION_DAYS": "0",
+        "PROXY_HTTP_TOTAL_TIMEOUT_SECONDS": "30",
+        "PROXY_HTTP_READ_TIMEOUT_SECONDS": "30",
+        "PROXY_LOG_FORMAT": "json",
+        "PROXY_HEARTBEAT_SECONDS": "0.5",
+        **extra,
+    })
+    return env
+
+
+@asynccontextmanager
+async def serve_role(role: str, env: dict[str, str], port: int,
+                     log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``proxy serve --role ROLE --port PORT`` as a real process; SIGTERM at the end."""
+    with log.open("ab") as sink:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "proxy.cli", "serve", "--role", role, "--port", str(port),
+            env=env, stdout=sink, stderr=sink)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()

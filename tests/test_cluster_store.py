@@ -1,0 +1,110 @@
+"""Fencing and heartbeats in the store (issue 21), on SQLite and PostgreSQL.
+
+A task fenced to a lease epoch writes only while that epoch is current: after a
+takeover its writes fail with ``FencedError`` and store nothing, while the new
+holder's fenced writes go through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+from proxy.errors import FencedError, StandbyError
+from proxy.service._persist import ChrononRow, Writer
+from proxy.service.metrics import ServiceMetrics
+from proxy.store import Store, fence_writes
+
+T0 = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
+
+
+async def _chronon_as(store: Store, lease: str, holder: str, epoch: int, chronon: int) -> None:
+    """Write one chronon row from a task fenced to ``(holder, epoch)``."""
+
+    async def write() -> None:
+        fence_writes(lease, holder, epoch)
+        await store.record_chronon_metrics(
+            chronon, started_at=T0, budget=5, used=1, captured_ceis=0, missed_ceis=0,
+            tick_jitter_seconds=0.0)
+
+    await asyncio.create_task(write())
+
+
+async def test_a_stale_epoch_is_refused_and_stores_nothing(store: Store) -> None:
+    old = await store.acquire_lease("loop", "old", now=T0, ttl=5)
+    assert old is not None
+    await _chronon_as(store, "loop", "old", old.epoch, 1)  # current: accepted
+    new = await store.acquire_lease("loop", "new", now=T0 + dt.timedelta(seconds=6), ttl=5)
+    assert new is not None and new.epoch == old.epoch + 1
+
+    with pytest.raises(FencedError, match=r"epoch 1 of old is no longer current \(held by new at epoch 2\)") as err:
+        await _chronon_as(store, "loop", "old", old.epoch, 2)
+    assert isinstance(err.value, StandbyError) and err.value.epoch == 1
+    assert await store.last_chronon() == 1  # the late write left nothing
+
+    await _chronon_as(store, "loop", "new", new.epoch, 2)
+    assert await store.last_chronon() == 2
+
+
+async def test_a_released_lease_fences_its_last_holder_too(store: Store) -> None:
+    lease = await store.acquire_lease("loop", "a", now=T0, ttl=5)
+    assert lease is not None
+    assert await store.release_lease(lease, now=T0)
+    with pytest.raises(FencedError, match="released at epoch 1"):
+        await _chronon_as(store, "loop", "a", lease.epoch, 1)
+    with pytest.raises(FencedError, match="lease not found"):
+        await _chronon_as(store, "other-lease", "a", 1, 1)
+
+
+async def test_the_fence_stays_in_the_task_that_set_it(store: Store) -> None:
+    lease = await store.acquire_lease("loop", "a", now=T0, ttl=5)
+    assert lease is not None
+    with pytest.raises(FencedError):
+        await _chronon_as(store, "loop", "a", lease.epoch + 7, 1)
+    # This (unfenced) context still writes.
+    await store.record_chronon_metrics(3, started_at=T0, budget=5, used=1, captured_ceis=0,
+                                       missed_ceis=0, tick_jitter_seconds=0.0)
+    assert await store.last_chronon() == 3
+
+
+async def test_a_deposed_writer_counts_its_refused_round_and_writes_nothing(store: Store) -> None:
+    lease = await store.acquire_lease("loop", "old", now=T0, ttl=5)
+    assert lease is not None
+    metrics = ServiceMetrics()
+    writer = Writer(store, metrics, fence=lease, retries=0)
+    writer.start()
+    try:
+        writer.submit([ChrononRow(1, T0, 5, 2, 0, 0, 0.0)])
+        await writer.flush()
+        assert await store.last_chronon() == 1
+        taken = await store.acquire_lease("loop", "new", now=T0 + dt.timedelta(seconds=9), ttl=5)
+        assert taken is not None
+        writer.submit([ChrononRow(2, T0, 5, 2, 0, 0, 0.0)])
+        await writer.flush()
+    finally:
+        await writer.stop()
+    assert await store.last_chronon() == 1
+    assert metrics.registry.get_sample_value("proxy_writes_refused_total") == 1
+
+
+async def test_heartbeats_list_live_processes_and_age_out(store: Store) -> None:
+    await store.heartbeat("sched-1", role="scheduler", host="h1", port=8001, leads=True, epoch=3,
+                          now=T0, started_at=T0)
+    await store.heartbeat("worker-1", role="worker", host="h2", port=8002, leads=False,
+                          epoch=None, now=T0, started_at=T0)
+    later = T0 + dt.timedelta(seconds=30)
+    await store.heartbeat("sched-1", role="scheduler", host="h1", port=8001, leads=False,
+                          epoch=None, now=later, started_at=T0)
+
+    every = await store.live_processes(T0)
+    assert [(p.id, p.role, p.port, p.leads) for p in every] == [
+        ("sched-1", "scheduler", 8001, False), ("worker-1", "worker", 8002, False)]
+    assert every[0].heartbeat_at == later and every[0].started_at == T0
+    recent = await store.live_processes(T0 + dt.timedelta(seconds=10))
+    assert [p.id for p in recent] == ["sched-1"]
+
+    assert await store.forget_process("", older_than=T0 + dt.timedelta(seconds=10)) == 1
+    assert await store.forget_process("sched-1") == 1
+    assert await store.live_processes(T0) == []

@@ -1,0 +1,212 @@
+"""Probe workers over NATS JetStream (issue 21), with real ``proxy serve --role worker`` processes.
+
+Each test runs its own nats-server (free port, own store directory) and the
+scheduler's side in-process (:class:`BrokerProber`, exactly what the leader's
+chronon loop calls). Checked: a worker killed mid-probe leaves its job to be
+delivered again and the result is applied once; the broker killed and
+restarted loses no queued job and the workers reconnect by themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.cluster import (
+    BrokerProber,
+    BrokerSettings,
+    Job,
+    JobResult,
+    MessageError,
+    decode_job,
+    decode_result,
+    encode_job,
+    encode_result,
+)
+from proxy.farm import FeedFarm
+from proxy.feeds import (
+    AddressPolicy,
+    Entry,
+    FeedState,
+    Gone,
+    MemoryKnownEntries,
+    NetworkError,
+    NothingKnown,
+    NotModified,
+    Ok,
+    ParseError,
+    RateLimited,
+    Redirected,
+    Timeout,
+    TooLarge,
+)
+from proxy.store import upgrade_database
+from tests.cluster_support import NatsServer, free_port, nats_server, role_env, serve_role
+from tests.test_e2e_support import eventually, parse_metrics
+
+__all__ = ["nats_server"]  # the fixture, imported for pytest
+
+NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
+STATE = FeedState("http://127.0.0.1:1/f", '"v1"', "Wed, 25 Nov 2026 11:00:00 GMT", 0)
+E1 = Entry("id-1", "Oil", "http://x/1", "sum", None, NOW)
+E2 = Entry("id-2", None, None, None, "body", None)
+
+RESULTS = [
+    Ok(state=STATE, elapsed=0.01, entries=(E1, E2), new=(E1, E2), feed_title="T",
+       parser="fast", warning=None, final_url="http://127.0.0.1:1/f"),
+    NotModified(state=STATE, elapsed=0.002, not_before=NOW, moved_to="http://127.0.0.1:1/g"),
+    Redirected(state=STATE, elapsed=0.1, location="http://l", hops=11, reason="loop"),
+    Gone(state=STATE, elapsed=0.1),
+    RateLimited(state=STATE, elapsed=0.1, status=429, retry_after=NOW, not_before=NOW),
+    Timeout(state=STATE, elapsed=5.0, phase="read"),
+    TooLarge(state=STATE, elapsed=0.3, limit=1000, declared=None),
+    NetworkError(state=STATE, elapsed=0.1, reason="refused"),
+    ParseError(state=STATE, elapsed=0.1, reason="not-a-feed", detail="<html>"),
+]
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=lambda r: r.outcome)
+def test_every_outcome_crosses_the_broker_unchanged(result: object) -> None:
+    data = encode_result(JobResult("s1.7", "w1", result))  # type: ignore[arg-type]
+    back = decode_result(data, NothingKnown())
+    assert back.id == "s1.7" and back.worker == "w1"
+    assert back.result == result
+
+
+def test_new_entries_are_decided_by_the_scheduler_not_the_worker() -> None:
+    ok = RESULTS[0]
+    back = decode_result(encode_result(JobResult("j", "w", ok)), MemoryKnownEntries(["id-1"]))
+    assert isinstance(back.result, Ok) and back.result.new == (E2,)
+
+
+def test_a_job_carries_the_validators() -> None:
+    job = Job("s1.1", STATE, NOW, 1234.5, "proxy.results.s1")
+    assert decode_job(encode_job(job)) == job
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"\xff", "not JSON"),
+    (b"[1]", "expected a JSON object"),
+    (b'{"id": "j"}', "missing field 'reply'"),
+    (b'{"id": "j", "reply": "r", "expires": 1, "now": "yesterday", "state": ["u", null, null, 0]}',
+     "now: not an ISO 8601 time"),
+    (b'{"id": "j", "reply": "r", "expires": 1, "now": "2026-01-01T00:00:00", "state": []}',
+     "now: needs a UTC offset"),
+    (b'{"id": "j", "reply": "r", "expires": 1, "now": "2026-01-01T00:00:00+00:00", "state": [1]}',
+     "state: expected"),
+])
+def test_a_malformed_job_is_refused_naming_the_field(data: bytes, message: str) -> None:
+    with pytest.raises(MessageError, match=message):
+        decode_job(data)
+
+
+def test_a_result_of_an_unknown_outcome_is_refused() -> None:
+    data = (b'{"id": "j", "worker": "w", "outcome": "teleported", "state": ["u", null, null, 0],'
+            b' "elapsed": 0, "fields": {}}')
+    with pytest.raises(MessageError, match="unknown probe outcome 'teleported'"):
+        decode_result(data, NothingKnown())
+
+
+# ---------------------------------------------------------------------- real processes
+
+def _prober(server: NatsServer, **kw: float) -> BrokerProber:
+    settings = BrokerSettings(server.url, job_timeout=kw.get("job_timeout", 90.0),
+                              per_host_concurrency=50, per_host_min_delay=0.0)
+    return BrokerProber(settings, AddressPolicy(allow_private_networks=True))
+
+
+async def _metrics(port: int) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=5) as c:
+        return parse_metrics((await c.get(f"http://127.0.0.1:{port}/metrics")).text)
+
+
+async def _worker_ready(port: int) -> None:
+    async def check() -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=2) as c:
+                return (await c.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await eventually(check, within=30, what=f"worker on {port} ready")
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_probe_leaves_its_job_to_another_and_it_counts_once(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
+    await upgrade_database(url)
+    env = role_env(url, nats_server.url, PROXY_BROKER_ACK_WAIT_SECONDS="2")
+    port_a, port_b = free_port(), free_port()
+    async with FeedFarm(["slow", "fine"], prefill=3) as farm, _prober(nats_server) as prober:
+        farm.set_fault("slow", "timeout", seconds=3600)  # worker A hangs in this probe
+        async with serve_role("worker", env, port_a, tmp_path / "a.log") as worker_a:
+            await _worker_ready(port_a)
+            probe = asyncio.create_task(prober.probe(FeedState(farm.url("slow")), NothingKnown(),
+                                                     now=NOW))
+
+            async def a_is_probing() -> bool:
+                return farm.stats("slow").requests >= 1
+
+            await eventually(a_is_probing, within=30, what="worker A probing the slow feed")
+            worker_a.send_signal(signal.SIGKILL)  # mid-probe: the job is never acknowledged
+            await worker_a.wait()
+        farm.clear_fault("slow")
+        async with serve_role("worker", env, port_b, tmp_path / "b.log"):
+            await _worker_ready(port_b)
+            result = await asyncio.wait_for(probe, 60)
+            assert isinstance(result, Ok), result
+            assert [e.title for e in result.entries] and result.state.url == farm.url("slow")
+            # Another job goes through the same worker normally: nothing stuck behind the first.
+            fine = await prober.probe(FeedState(farm.url("fine")), NothingKnown(), now=NOW)
+            assert isinstance(fine, Ok)
+            metrics = await _metrics(port_b)
+    assert farm.stats("slow").requests == 2  # probed by A (killed), then by B
+    assert prober.results == 2 and prober.duplicates == 0  # each job applied exactly once
+    assert metrics["proxy_worker_jobs_redelivered_total"] == 1.0
+    assert metrics['proxy_worker_jobs_total{result="probed"}'] == 2.0
+
+
+@pytest.mark.slow
+async def test_the_broker_restarted_loses_no_job_and_workers_reconnect(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
+    await upgrade_database(url)
+    env = role_env(url, nats_server.url, PROXY_BROKER_ACK_WAIT_SECONDS="5")
+    feeds = [f"f{i}" for i in range(12)]
+    port = free_port()
+    async with FeedFarm(feeds, prefill=2) as farm, _prober(nats_server) as prober:
+        async with serve_role("worker", env, port, tmp_path / "w.log"):
+            await _worker_ready(port)
+            first = await asyncio.gather(*(
+                prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW) for f in feeds[:4]))
+            assert all(isinstance(r, Ok) for r in first)
+        # No worker now: jobs wait in the stream. Then the broker crashes and comes back.
+        queued = [asyncio.create_task(prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW))
+                  for f in feeds[4:8]]
+
+        async def stored() -> bool:
+            return prober.published >= 8
+
+        await eventually(stored, within=20, what="4 jobs stored by the broker")
+        await nats_server.restart()
+        # Published while the broker was away or reconnecting: retried until it stores them.
+        later = [asyncio.create_task(prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW))
+                 for f in feeds[8:]]
+        async with serve_role("worker", env, port, tmp_path / "w2.log"):
+            await _worker_ready(port)
+            rest = await asyncio.wait_for(asyncio.gather(*queued, *later), 90)
+            assert all(isinstance(r, Ok) for r in rest), rest
+            await nats_server.restart()  # again, with a worker connected: it reconnects
+            again = await asyncio.wait_for(asyncio.gather(*(
+                prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW) for f in feeds[:3])), 90)
+            assert all(isinstance(r, Ok) for r in again), again
+    assert prober.results == 15 and prober.timeouts == 0
+    assert sum(farm.stats(f).requests for f in feeds) >= 15

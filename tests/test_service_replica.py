@@ -1,0 +1,110 @@
+"""API replicas (issue 21): changes stored by a replica reach the leader through LISTEN/NOTIFY.
+
+Two services on one PostgreSQL database, in one process: the leader (engine,
+evaluator) and a replica (``campaign=False``, what ``--role api`` runs). Every
+change made through the replica is stored, then applied by the leader as if
+its own API had received it; a refused change stores nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from proxy.core.engine import CeiState
+from proxy.errors import ConflictError, ValidationError
+from proxy.farm import FeedFarm
+from proxy.rules import ProfileSpec
+from proxy.service import ProxyService
+from proxy.store import upgrade_database
+from tests.test_e2e_support import e2e_settings, eventually
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pair(fresh_postgres_url: str) -> AsyncIterator[tuple[ProxyService, ProxyService]]:
+    await upgrade_database(fresh_postgres_url)
+    settings = e2e_settings(fresh_postgres_url, chronon_seconds=60.0)
+    leader = ProxyService(settings, run_loop=False, housekeeping=False, deliver=False)
+    replica = ProxyService(settings, run_loop=False, housekeeping=False, deliver=False,
+                           lease=True, campaign=False)
+    await leader.start()
+    try:
+        await replica.start()
+        try:
+            yield leader, replica
+        finally:
+            await replica.stop()
+    finally:
+        await leader.stop()
+
+
+def _spec(trigger: int, query: int) -> ProfileSpec:
+    body: dict[str, Any] = {"name": "oil", "rules": [{
+        "name": "r", "trigger": {"feed": str(trigger), "on": "ping"},
+        "query": [{"feed": str(query), "within": "10m"}]}]}
+    return ProfileSpec.model_validate(body)
+
+
+async def test_changes_through_a_replica_reach_the_leader(
+    pair: tuple[ProxyService, ProxyService]
+) -> None:
+    leader, replica = pair
+    user, _ = await leader.store.create_user("alice")
+    status = await replica.status()
+    assert status.role == "api" and status.ready
+    async with FeedFarm(["a", "b"], prefill=1) as farm:
+        a, created = await replica.register_feed(user, farm.url("a"))
+        b, _ = await replica.register_feed(user, farm.url("b"))
+        assert created
+
+        async def feeds_known() -> bool:
+            return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
+
+        await eventually(feeds_known, within=20, what="the leader learning the feeds")
+
+        profile = await replica.create_profile(user, _spec(a.feed.id, b.feed.id))
+
+        async def installed() -> bool:
+            return str(profile.id) in leader.runtime.evaluator.profile_ids()
+
+        await eventually(installed, within=20, what="the leader installing the profile")
+
+        assert await replica.ping(a.feed.id, a.registration.ping_token) == 0
+
+        async def opened() -> bool:
+            return leader.runtime.engine.counts()[CeiState.PENDING] >= 1
+
+        await eventually(opened, within=20, what="the forwarded ping opening a CEI")
+
+        with pytest.raises(ConflictError):  # a rule still reads it: refused, nothing changes
+            await replica.delete_feed(user, b.feed.id)
+        await replica.delete_profile(user, profile.id)
+
+        async def removed() -> bool:
+            return str(profile.id) not in leader.runtime.evaluator.profile_ids()
+
+        await eventually(removed, within=20, what="the leader removing the profile")
+        await replica.delete_feed(user, b.feed.id)
+
+        async def feed_gone() -> bool:
+            return b.feed.id not in leader.runtime.feeds.by_id
+
+        await eventually(feed_gone, within=20, what="the leader dropping the feed")
+        assert a.feed.id in leader.runtime.feeds.by_id
+
+
+async def test_a_refused_change_on_a_replica_stores_nothing(
+    pair: tuple[ProxyService, ProxyService]
+) -> None:
+    leader, replica = pair
+    user, _ = await leader.store.create_user("bob")
+    with pytest.raises(ValidationError, match=r"rules\.0\.trigger\.feed"):
+        await replica.create_profile(user, _spec(999, 998))
+    assert await replica.store.list_profiles(user) == []
+    await asyncio.sleep(0)
+    assert leader.runtime.evaluator.profile_ids() == []
