@@ -115,6 +115,10 @@ async def _fuzz(database_url: str, tmp_path: Path) -> None:
             # The live event stream never ends: nothing to fuzz there but its parameters,
             # which the recent-events route shares.
             "--exclude-path", "/api/v1/events",
+            # Creating and revoking keys would revoke the fuzzer's own key (revoke_current, or
+            # its id), leaving every later case a 401; tests/test_api_opml_keys.py covers them.
+            "--exclude-name", "POST /api/v1/keys",
+            "--exclude-name", "DELETE /api/v1/keys/{key_id}",
             # In tmp_path: schemathesis keeps a cache (.schemathesis/) in its working directory.
             env={**env, "SCHEMATHESIS_HOOKS": ""}, limit=900, cwd=tmp_path,
         )

@@ -21,7 +21,8 @@ from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, UpdateMode
 router = APIRouter(prefix="/api/v1/feeds", tags=["feeds"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedOut)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedOut,
+             responses={200: {"model": FeedOut, "description": "A URL you already registered: your registration."}})
 async def register_feed(body: FeedIn, service: Service, user: UserId, response: Response) -> FeedOut:
     """Register a feed URL; a URL you already registered answers 200 with your registration."""
     registered, created = await service.register_feed(user, body.url)
