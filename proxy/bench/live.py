@@ -167,15 +167,21 @@ def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, i
 
 def trace_workload(
     path: Path, *, chronons: int, days: float, profiles: int, rank: int, window: int, seed: int,
-    budget: int = 1,
+    budget: int = 1, history: bool = False,
 ) -> BenchWorkload:
-    """The busiest ``days`` of a real trace compressed onto ``chronons``; profiles on updated feeds."""
+    """The busiest ``days`` of a real trace compressed onto ``chronons``; profiles on updated feeds.
+
+    ``history``: each feed's first fetch shows its items before the window
+    (:func:`trace_history`), for the proxy and the adaptive reader alike.
+    Off by default: the window is the trace's *busiest*, so the history before
+    it is systematically slower than the run (``docs/discovery.md``).
+    """
     from proxy.sim.generate import GenParams, Reveal, generate
     from proxy.sim.traces import load_trace
 
     start, end, count = busiest_window(path, days)
     trace = load_trace(path, chronons, start=start, end=end)
-    history = trace_history(path, trace.names, start, end, chronons)
+    past = trace_history(path, trace.names, start, end, chronons) if history else ()
     updates = [list(u) for u in trace.updates]
     params = GenParams(resources=len(updates), profiles=profiles, chronons=chronons, budget=budget,
                        rank=rank, window=window, reveal=Reveal.UPDATE)
@@ -186,7 +192,9 @@ def trace_workload(
             f"{sum(map(len, updates))} distinct feed-chronon updates), one chronon = {minutes:.0f} min "
             f"of trace; {profiles} AuctionWatch profiles of rank <= {rank} on updated feeds, "
             f"window W={window}, seed {seed}")
-    return replace(_bench_workload("trace", wl, updates, window, desc), history=history)
+    if history:
+        desc += "; first fetches show each feed's history before the window"
+    return replace(_bench_workload("trace", wl, updates, window, desc), history=past)
 
 
 def trace_history(
