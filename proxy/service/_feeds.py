@@ -6,7 +6,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from proxy.feeds import FeedState
+from proxy.rules import FeedUpdateModels
 from proxy.store import Feed
+
+WEEK = 7 * 86_400.0  # seconds over which a feed's mean rate is read for the background ranking
 
 
 @dataclass(slots=True)
@@ -26,8 +29,12 @@ class FeedSlot:
     last_success_at: float | None = None
     """When that probe started (POSIX seconds), for the update model."""
     mean_rate: float = 0.0
-    """Updates per second the model expects over the last week, refreshed at each probe:
-    the cheap first cut of the background ranking."""
+    """Updates per second the model expects over the last week, refreshed at each probe, at
+    each ping the model learns from, and after a restart: the background ranking's rate."""
+
+    def learn_rate(self, models: FeedUpdateModels, at: float) -> None:
+        """Read :attr:`mean_rate` from the feed's update model at ``at`` (POSIX seconds)."""
+        self.mean_rate = models.expected_updates(self.resource, at - WEEK, at) / WEEK
 
     @classmethod
     def of(cls, feed: Feed) -> FeedSlot:

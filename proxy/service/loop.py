@@ -69,8 +69,6 @@ from proxy.service.metrics import ServiceMetrics
 from proxy.service.runtime import Runtime
 from proxy.store import FeedUpdate, NewEntry, ProbeInput, ProbeRecord, Store
 
-WEEK = 7 * 86_400.0  # seconds over which a feed's mean rate is read for the cheap cut
-
 log = structlog.get_logger("proxy.service")
 
 
@@ -232,7 +230,7 @@ class ChrononLoop:
         if isinstance(result, Ok):
             models.observe_document(r, at, [e.published for e in result.entries])
         slot.last_success_at = at
-        slot.mean_rate = models.expected_updates(r, at - WEEK, at) / WEEK
+        slot.learn_rate(models, at)
 
     async def stop(self) -> None:
         """Cancel the probes in flight (their results are lost; the feeds are probed again later)."""
