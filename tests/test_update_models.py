@@ -434,3 +434,26 @@ def test_kind_counts_agree_with_estimate_without_refitting() -> None:
         expected[models.estimate(feed).kind] += 1
     assert models.kind_counts(feeds) == expected
     assert expected["prior"] == 1 and expected["poisson"] + expected["periodic"] == 2
+
+
+def test_the_posterior_narrows_with_data_and_the_slot_optimism_follows() -> None:
+    """The background's optimism: a feed seen little looks faster than its mean, one seen a lot does not."""
+    from proxy.service._feeds import OPTIMISM_Z, FeedSlot
+
+    m = FeedUpdateModels(EXACT)
+    assert m.posterior("unknown") == (m.prior.alpha, m.prior.beta)
+    slot = FeedSlot(id=1, resource=0, url="http://x/f", etag=None, last_modified=None, consecutive_errors=0,
+                    not_before=None, disabled=False)
+    factors = []
+    for feed, n in enumerate((3, 30, 300)):
+        times = poisson_times(2.0, n, seed=n)
+        m.observe_document(feed, times[-1] + 60, times)
+        shape, rate = m.posterior(feed)
+        assert shape == pytest.approx(m.prior.alpha + n)  # no date dropped: n updates
+        if n >= 30:
+            assert shape / rate * HOUR == pytest.approx(2.0, rel=0.3)
+        slot.resource = feed
+        slot.learn_rate(m, times[-1] + 60)
+        factors.append(slot.optimism)
+    assert factors[0] > factors[1] > factors[2] > 1.0
+    assert factors[2] < 1 + 1.5 * OPTIMISM_Z / math.sqrt(300)  # about 1 + z/sqrt(n) with plenty of data

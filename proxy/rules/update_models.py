@@ -546,6 +546,23 @@ class FeedUpdateModels:
             del f.pings[0]
         return True
 
+    def posterior(self, feed: FeedKey) -> tuple[float, float]:
+        """The Gamma posterior ``(shape, rate per second)`` of the feed's mean rate, for optimism.
+
+        The population prior plus the feed's recorded updates and censored
+        intervals (each at least one update) over its covered seconds: how
+        sure the mean rate is, not which model shape won. Cheap (no fit): the
+        background allocation reads it at every probe. An unknown feed gets the
+        prior itself.
+        """
+        f = self._feeds.get(feed)
+        prior = self.prior
+        alpha = max(prior.alpha, 1e-3)
+        beta = max(prior.beta, 1.0)
+        if f is None:
+            return alpha, beta
+        return alpha + len(f.updates) + len(f.censored), beta + f.exposure
+
     def trusts_pings(self, feed: FeedKey) -> bool:
         """Whether ``feed``'s pings teach the model on their own (see :meth:`observe_ping`)."""
         f = self._feeds.get(feed)

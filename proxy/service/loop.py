@@ -186,8 +186,9 @@ class ChrononLoop:
 
         ``proxy.core.discovery.CaptureExplore`` (docs/discovery-sim.md): a fifth of
         the spare budget to the feeds waited on longest, the rest by capture-optimal
-        frequencies on the learnt rates (each feed's mean rate of the last week,
-        from its update model), whatever is left by the greedy index. Weights:
+        frequencies on optimistic learnt rates (each feed's mean rate of the last
+        week from its update model, times its posterior's optimism: ``FeedSlot.learn_rate``),
+        whatever is left by the greedy index. Weights:
         what finding each feed's next update in time is worth to the rules waiting
         for it (``TriggerEvaluator.update_weights``: a watch rule's worth spread over
         the feeds its CEI still lacks, a quarter of it once that CEI is missed);
@@ -211,7 +212,7 @@ class ChrononLoop:
                 continue
             resources.append(r)
             last.append(slot.last_success)
-            rate.append(slot.mean_rate * length)
+            rate.append(slot.mean_rate * slot.optimism * length)
             weight.append(worth)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window)
 
