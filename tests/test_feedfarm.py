@@ -80,7 +80,7 @@ async def test_backfill_shows_a_dated_history_that_is_not_a_publication(client: 
         assert feedparser.parse((await client.get(farm.url("1"))).content).entries == []
         assert farm.publications == []
         with pytest.raises(ValueError, match="timezone-aware"):
-            farm.backfill("1", [datetime(2026, 3, 1)])  # noqa: DTZ001 -- the naive date under test
+            farm.backfill("1", [datetime(2026, 3, 1)])  # a naive date: refused
         assert farm.entries("1") == []  # nothing added from a refused call
 
 
