@@ -167,3 +167,20 @@ def test_a_saved_command_line_rebuilds_its_workload() -> None:
     ref = poisson_workload(resources=20, profiles=10, chronons=100, lam=5, rank=2, window=5, seed=3)
     assert bw.workload.ceis == ref.workload.ceis
     assert bw.updates == ref.updates
+
+
+def test_trace_history_is_what_each_document_shows_before_the_window(tmp_path: Path) -> None:
+    """The items before the replayed window, in workload chronons (negative), the last ``keep`` per feed."""
+    import datetime as dt
+
+    from proxy.bench.live import trace_history
+
+    day = dt.datetime(2026, 3, 10, tzinfo=dt.UTC)
+    rows = ["feed_id,timestamp_utc_iso"]
+    rows += [f"a,{(day - dt.timedelta(hours=h)).isoformat()}" for h in (1, 5, 12, 48)]
+    rows += ["a,0001-01-01T00:00:00Z", "junk-only,not a date", f"b,{(day + dt.timedelta(hours=3)).isoformat()}"]
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    # One day on 24 chronons: one chronon is one hour.
+    history = trace_history(path, ["a", "b"], day, day + dt.timedelta(days=1), 24, keep=3)
+    assert history == ((-12.0, -5.0, -1.0), ())  # b's only item is in the window: its document starts empty

@@ -123,3 +123,6 @@ async def test_update_models_are_learnt_shown_and_restored_after_a_restart(datab
                 assert (restored.kind, restored.observations, restored.updates) == (
                     saved.kind, saved.observations, saved.updates)
                 assert restored.rate_per_hour == pytest.approx(saved.rate_per_hour)
+                # The background ranking's rates come back too, not 0 until each feed's next probe.
+                slot = again.runtime.feeds.by_id[i]
+                assert slot.mean_rate * 3600 == pytest.approx(saved.rate_per_hour, rel=0.05)

@@ -69,6 +69,21 @@ async def test_rss_and_atom_documents_are_valid_feeds_with_the_prefilled_entries
     assert farm.publications == []  # prefill is not a publication
 
 
+async def test_backfill_shows_a_dated_history_that_is_not_a_publication(client: httpx.AsyncClient) -> None:
+    """A real feed's first fetch shows its last N entries, dated: the farm can start feeds that way."""
+    async with FeedFarm(feeds=2, window=3, clock=ManualClock()) as farm:
+        days = [datetime(2026, 3, d, 9, 30, tzinfo=UTC) for d in (4, 1, 3, 2)]
+        assert farm.backfill("0", days) == 4
+        parsed = feedparser.parse((await client.get(farm.url("0"))).content)
+        shown = [datetime(*e.published_parsed[:6], tzinfo=UTC) for e in parsed.entries]
+        assert shown == sorted(days, reverse=True)[:3]  # newest first, the window keeps the last 3
+        assert feedparser.parse((await client.get(farm.url("1"))).content).entries == []
+        assert farm.publications == []
+        with pytest.raises(ValueError, match="timezone-aware"):
+            farm.backfill("1", [datetime(2026, 3, 1)])  # a naive date: refused
+        assert farm.entries("1") == []  # nothing added from a refused call
+
+
 async def test_publish_is_visible_on_next_get_and_the_window_keeps_the_last_n(
     farm: FeedFarm, client: httpx.AsyncClient
 ) -> None:

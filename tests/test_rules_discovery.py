@@ -178,3 +178,31 @@ def test_update_watchers_count_the_rules_waiting_for_each_feeds_next_update() ->
     ev.remove_profile("p")
     assert dict(ev.update_watchers()) == {}
     assert ev.update_window() is None
+
+
+def test_update_weights_spread_each_rules_worth_over_the_feeds_it_still_waits_for() -> None:
+    """What the background allocation weighs: a CEI needs every remaining find, a missed one counts a quarter."""
+    from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+
+    watch3 = {"name": "w", "watch": {"feeds": ["A", "B", "FEED_CNN"], "within": "3m"}}
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [watch3, ON_UPDATE]}), FEEDS)
+    third = pytest.approx(1 / 3)
+    assert dict(ev.update_weights()) == {A: third, B: third, CNN: third, MISH: 1.0}
+    ev.on_notification(A, 2)  # A is in the CEI: the rule now waits for two feeds, a half each
+    assert dict(ev.update_weights()) == {B: 0.5, CNN: 0.5, MISH: 1.0}
+    # The engine misses the CEI (B found too late, say): what is left of it counts a quarter.
+    (cei_id,) = ev.open_cei_ids()
+    ev.on_cei_missed(cei_id)
+    assert dict(ev.update_weights()) == {B: DEAD_CEI_WEIGHT / 2, CNN: DEAD_CEI_WEIGHT / 2, MISH: 1.0}
+    # A restart restores the state and with it the weights.
+    again = TriggerEvaluator(GRID)
+    again.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [watch3, ON_UPDATE]}), FEEDS)
+    again.restore_state("p/0", ev.snapshot_state("p/0"))
+    assert dict(again.update_weights()) == dict(ev.update_weights())
+    ev.on_notification(B, 4)
+    assert dict(ev.update_weights()) == {CNN: DEAD_CEI_WEIGHT, MISH: 1.0}
+    ev.on_notification(CNN, 5)  # the missed CEI ends; the next one is not missed yet: full worth again
+    assert dict(ev.update_weights()) == {A: third, B: third, CNN: third, MISH: 1.0}
+    ev.remove_profile("p")
+    assert dict(ev.update_weights()) == {}

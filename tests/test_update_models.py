@@ -150,6 +150,49 @@ def test_a_ping_and_the_probe_confirming_it_count_once() -> None:
     assert m.estimate("p").updates == base + 2
 
 
+def test_a_feed_that_pings_every_update_teaches_by_its_pings_alone() -> None:
+    """Once probes showed that each change came with a ping, a ping is complete evidence; a change nobody pinged ends that."""
+    m = FeedUpdateModels(EXACT)
+    m.observe_document("w", T0, [T0 - 2 * HOUR, T0 - HOUR])
+    t = T0
+    for _ in range(3):  # three positive probes, each explained by a ping: not trusted before the third
+        assert not m.trusts_pings("w")
+        m.observe_ping("w", t + 600)
+        m.observe_probe("w", t, t + 900, 1, [])
+        t += 900
+    assert m.trusts_pings("w")
+    before = m.estimate("w")
+    # Two pings, no probe: each is an update at once, covering the time since the last probe.
+    assert m.observe_ping("w", t + HOUR)
+    assert m.observe_ping("w", t + 2 * HOUR)
+    after = m.estimate("w")
+    assert after.updates == before.updates + 2
+    assert after.exposure_hours == pytest.approx(before.exposure_hours + 2, abs=1e-6)
+    # The probe that confirms them counts nothing twice.
+    m.observe_probe("w", t, t + 2 * HOUR + 60, 2, [t + HOUR, t + 2 * HOUR])
+    assert m.estimate("w").updates == after.updates
+    # Restart: the trust is part of the learnt state.
+    again = FeedUpdateModels(EXACT)
+    again.restore(json.loads(json.dumps(m.snapshot())))
+    assert again.trusts_pings("w")
+    # A positive probe with no ping in its interval: the feed changed without pinging (1 miss in 4 > 10 %).
+    t += 2 * HOUR + 60
+    m.observe_probe("w", t, t + HOUR, 1, [])
+    assert not m.trusts_pings("w")
+    n = m.estimate("w").updates
+    m.observe_ping("w", t + 2 * HOUR)  # waits for a probe again
+    assert m.estimate("w").updates == n
+
+
+def test_untrusted_pings_still_wait_for_a_probe() -> None:
+    m = FeedUpdateModels(EXACT)
+    m.observe_document("u", T0, [T0 - 2 * HOUR, T0 - HOUR])
+    n = m.estimate("u").updates
+    assert m.observe_ping("u", T0 + HOUR)
+    assert not m.trusts_pings("u") and not m.trusts_pings("never seen")
+    assert m.estimate("u").updates == n  # uncounted until covered: counting it alone would bias the rate up
+
+
 def test_backdated_entries_count_as_undated() -> None:
     m = FeedUpdateModels()
     m.observe_document("b", T0, [T0 - 3 * HOUR, T0 - HOUR])
@@ -391,3 +434,26 @@ def test_kind_counts_agree_with_estimate_without_refitting() -> None:
         expected[models.estimate(feed).kind] += 1
     assert models.kind_counts(feeds) == expected
     assert expected["prior"] == 1 and expected["poisson"] + expected["periodic"] == 2
+
+
+def test_the_posterior_narrows_with_data_and_the_slot_optimism_follows() -> None:
+    """The background's optimism: a feed seen little looks faster than its mean, one seen a lot does not."""
+    from proxy.service._feeds import OPTIMISM_Z, FeedSlot
+
+    m = FeedUpdateModels(EXACT)
+    assert m.posterior("unknown") == (m.prior.alpha, m.prior.beta)
+    slot = FeedSlot(id=1, resource=0, url="http://x/f", etag=None, last_modified=None, consecutive_errors=0,
+                    not_before=None, disabled=False)
+    factors = []
+    for feed, n in enumerate((3, 30, 300)):
+        times = poisson_times(2.0, n, seed=n)
+        m.observe_document(feed, times[-1] + 60, times)
+        shape, rate = m.posterior(feed)
+        assert shape == pytest.approx(m.prior.alpha + n)  # no date dropped: n updates
+        if n >= 30:
+            assert shape / rate * HOUR == pytest.approx(2.0, rel=0.3)
+        slot.resource = feed
+        slot.learn_rate(m, times[-1] + 60)
+        factors.append(slot.optimism)
+    assert factors[0] > factors[1] > factors[2] > 1.0
+    assert factors[2] < 1 + 1.5 * OPTIMISM_Z / math.sqrt(300)  # about 1 + z/sqrt(n) with plenty of data

@@ -123,6 +123,8 @@ def live(
     policy: Annotated[str, typer.Option(help="Policies, comma-separated (a run each).")] = "mrsf-p",
     chronon_seconds: Annotated[float, typer.Option(help="Chronon length of the live run.")] = 0.3,
     chronons: Annotated[int, typer.Option(help="Number of chronons K.")] = 300,
+    history: Annotated[bool, typer.Option(
+        help="Trace: first fetches show each feed's items before the window (as real documents do).")] = False,
     ping_drop_rate: Annotated[float, typer.Option(help="Share of pings the farm drops.")] = 0.0,
     ping_delay: Annotated[float, typer.Option(help="Seconds the farm delays each ping.")] = 0.0,
     database_url: Annotated[str | None, typer.Option(help="Service database (default: SQLite in --out).")] = None,
@@ -155,7 +157,7 @@ def live(
                                   rank=rank, window=window, seed=seed)
         elif workload == "trace":
             bw = trace_workload(trace, chronons=chronons, days=days, profiles=profiles, rank=rank,
-                                window=window, seed=seed)
+                                window=window, seed=seed, history=history)
         else:
             raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
         from proxy.core.policies import get_policy
@@ -172,7 +174,8 @@ def live(
         for c in budgets:
             drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
             delay = f"-delay{ping_delay:g}" if ping_delay else ""
-            tag = f"{bw.name}-{p}-C{c}{drop}{delay}"
+            past = "-history" if bw.history else ""
+            tag = f"{bw.name}-{p}-C{c}{drop}{delay}{past}"
             cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                              ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                              service=service, phase=phase, ping_lag=ping_lag)
@@ -218,7 +221,8 @@ def _workload_from_command(command: str) -> Any:
     seed, chronons = int(opts["--seed"]), int(opts["--chronons"])
     if opts["--workload"] == "trace":
         return trace_workload(Path(opts["--trace"]), chronons=chronons, days=float(opts["--days"]),
-                              profiles=profiles, rank=rank, window=window, seed=seed)
+                              profiles=profiles, rank=rank, window=window, seed=seed,
+                              history="--history" in words)
     return poisson_workload(resources=int(opts["--feeds"]), lam=float(opts["--lam"]), chronons=chronons,
                             profiles=profiles, rank=rank, window=window, seed=seed)
 

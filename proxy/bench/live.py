@@ -86,6 +86,9 @@ class BenchWorkload:
     """The workload's profile name of each ``watched`` entry."""
     window: int
     description: str
+    history: tuple[tuple[float, ...], ...] = ()
+    """Per resource, the times (workload chronons, negative: before the run) of the entries its
+    document already shows at the first fetch, oldest first; empty for generated workloads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,14 +167,21 @@ def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, i
 
 def trace_workload(
     path: Path, *, chronons: int, days: float, profiles: int, rank: int, window: int, seed: int,
-    budget: int = 1,
+    budget: int = 1, history: bool = False,
 ) -> BenchWorkload:
-    """The busiest ``days`` of a real trace compressed onto ``chronons``; profiles on updated feeds."""
+    """The busiest ``days`` of a real trace compressed onto ``chronons``; profiles on updated feeds.
+
+    ``history``: each feed's first fetch shows its items before the window
+    (:func:`trace_history`), for the proxy and the adaptive reader alike.
+    Off by default: the window is the trace's *busiest*, so the history before
+    it is systematically slower than the run (``docs/discovery.md``).
+    """
     from proxy.sim.generate import GenParams, Reveal, generate
     from proxy.sim.traces import load_trace
 
     start, end, count = busiest_window(path, days)
     trace = load_trace(path, chronons, start=start, end=end)
+    past = trace_history(path, trace.names, start, end, chronons) if history else ()
     updates = [list(u) for u in trace.updates]
     params = GenParams(resources=len(updates), profiles=profiles, chronons=chronons, budget=budget,
                        rank=rank, window=window, reveal=Reveal.UPDATE)
@@ -182,7 +192,46 @@ def trace_workload(
             f"{sum(map(len, updates))} distinct feed-chronon updates), one chronon = {minutes:.0f} min "
             f"of trace; {profiles} AuctionWatch profiles of rank <= {rank} on updated feeds, "
             f"window W={window}, seed {seed}")
-    return _bench_workload("trace", wl, updates, window, desc)
+    if history:
+        desc += "; first fetches show each feed's history before the window"
+    return replace(_bench_workload("trace", wl, updates, window, desc), history=past)
+
+
+def trace_history(
+    path: Path, names: Sequence[str], start: dt.datetime, end: dt.datetime, chronons: int, keep: int = 20,
+) -> tuple[tuple[float, ...], ...]:
+    """What each feed's document shows before the window ``[start, end)``: its last ``keep`` items.
+
+    In workload chronons (``[start, end)`` is ``[0, chronons)``, so these are
+    negative), oldest first, per name of ``names``. A feed with no item before
+    ``start`` shows an empty document: in a snapshot trace (the real one holds
+    each feed's last N items) that is as often a busy feed whose older items
+    fell out of the snapshot as a slow one, so nothing is claimed about it. A
+    real feed's first fetch shows this history (its last N entries, dated);
+    the proxy's update models and the adaptive reader both learn from it.
+    """
+    import csv
+
+    from proxy.sim.traces import DEFAULT_NOT_BEFORE, parse_timestamp
+
+    unit = (end - start).total_seconds() / chronons
+    before: dict[str, list[float]] = {name: [] for name in names}
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            next(reader, None)
+            for row in reader:
+                if len(row) < 2:
+                    continue
+                ts = parse_timestamp(row[1])
+                if ts is None or ts < DEFAULT_NOT_BEFORE:
+                    continue
+                name = row[0].strip()
+                if ts < start and name in before:
+                    before[name].append((ts - start).total_seconds() / unit)
+    except OSError as exc:
+        raise BenchError(f"trace {path}: cannot read: {exc}") from exc
+    return tuple(tuple(sorted(before[name])[-keep:]) for name in names)
 
 
 def _bench_workload(
@@ -482,7 +531,10 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> L
     began = time.time()
     busy: list[tuple[int, int]] = []
     try:
-        async with FeedFarm(feeds=[str(i) for i in range(n)], window=cfg.feed_window, prefill=1,
+        # With a trace's history, each document starts as that history (below); otherwise one
+        # undated-looking entry, so the first fetch has something to compare later ones to.
+        async with FeedFarm(feeds=[str(i) for i in range(n)], window=cfg.feed_window,
+                            prefill=0 if bw.history else 1,
                             clock=clock, drive=True, seconds_per_trace_unit=length,
                             trace_unit=dt.timedelta(seconds=length),
                             schedule=schedule, log_path=log_path, ping_drop_rate=cfg.ping_drop_rate,
@@ -507,6 +559,16 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> L
                     for r, b in enumerate(feeds_out):
                         farm.set_ping_target(str(r), f"{base}/api/v1/feeds/{b['id']}/ping",
                                              {"X-Ping-Token": b["ping_token"]})
+                    if bw.history:
+                        # No feed is probed before a rule watches it, so the history is in place
+                        # before the first fetch. It is dated on a provisional anchor: workload
+                        # chronon 0 then starts later by the profiles' registration time, a gap
+                        # of a few chronons with no update at the history's end.
+                        provisional = await runner.clock()
+                        early = provisional.start_of(provisional.current() + cfg.lead_chronons).timestamp()
+                        for r, times in enumerate(bw.history):
+                            farm.backfill(str(r), (dt.datetime.fromtimestamp(early + x * length, dt.UTC)
+                                                   for x in times))
                     profiles_out = await asyncio.gather(*(
                         post("/api/v1/profiles", {"name": f"p{p}", "rules": [{"name": "watch", "watch": {
                             "feeds": [str(feed_ids[r]) for r in feeds], "within": within}}]})
@@ -699,7 +761,10 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     ap = adaptive or AdaptiveParams(max_interval=max(2, k // 2), lookback=max(1, k // 5),
                                     window=cfg.feed_window)
     feeds = sorted({r for w in bw.watched for r in w})
-    sub_updates = [bw.updates[r] for r in feeds]
+    # The readers learn from what documents show, history included (the adaptive reader's
+    # first probe sees the feed's last entries, dated before the run, as the proxy's does).
+    sub_updates = [sorted({math.floor(x) for x in bw.history[r]} | set(bw.updates[r])) if bw.history
+                   else list(bw.updates[r]) for r in feeds]
     remap = {r: i for i, r in enumerate(feeds)}
     sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
                      for c in wl.ceis)

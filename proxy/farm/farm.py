@@ -373,6 +373,24 @@ class FeedFarm:
             self._pinger.submit(pub, self.url(feed_id))
         return entry.entry_id
 
+    def backfill(self, feed_id: str, dates: Iterable[datetime]) -> int:
+        """Add entries that existed before the run, with these document dates; returns how many.
+
+        A real feed's first fetch shows its last ``window`` entries with their
+        dates, which is the history a reader (or the proxy's update models)
+        learns from. Like ``prefill``, these are not publications: they are
+        neither logged nor pinged. Call before the feed's first fetch; a later
+        call would show them as new entries. Dates must be timezone-aware; they
+        are added oldest first, so the newest ``window`` of them remain.
+        """
+        feed = self._feed(feed_id)
+        given = list(dates)
+        if any(d.tzinfo is None for d in given):
+            raise ValueError("backfill dates must be timezone-aware")
+        for date in sorted(given):
+            self._add_entry(feed, None, None, date)
+        return len(given)
+
     def pump(self) -> list[Publication]:
         """Publish every scheduled entry whose trace time has come; return them."""
         event = self._next_event

@@ -87,6 +87,10 @@ __all__ = [
 ]
 
 STATE_VERSION = 1
+DEAD_CEI_WEIGHT = 0.25
+"""A missed watch CEI's pull on the feeds it still waits for, against 1 for a live one
+(:meth:`TriggerEvaluator.update_weights`): their updates only end the lost CEI, after which
+the next one starts, so finding them is worth something but not a capture."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -236,6 +240,8 @@ class TriggerEvaluator:
         self._last_ping: dict[int, int] = {}  # feed -> chronon of its last notification
         self._pinged: dict[str, dict[int, int]] = {}  # rule -> feed -> chronon of its last ping
         self._watchers: dict[int, int] = {}  # feed -> rules that wait for its updates
+        self._weights: dict[int, float] = {}  # feed -> what finding its next update in time is worth
+        self._weight_of: dict[str, tuple[tuple[int, ...], float]] = {}  # rule -> (feeds, worth each)
         self._wait_windows: dict[int, int] = {}  # window (chronons) -> waiting rules with it
         self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
         self._counter = 0
@@ -319,6 +325,7 @@ class TriggerEvaluator:
                     self._wait(feeds, -1)
             else:
                 self._wait([r for r in feeds if r not in wstate.covered], -1)
+            self._reweigh(rule_id, None)
             if _waits_for_updates(rule):
                 w = _update_window(rule)
                 left = self._wait_windows[w] - 1
@@ -393,6 +400,7 @@ class TriggerEvaluator:
                 self._wait(feeds, +1)
                 w = _update_window(rule)
                 self._wait_windows[w] = self._wait_windows.get(w, 0) + 1
+            self._reweigh(rule.rule_id, rule)
             self._dirty.add(rule.rule_id)
 
     def profile_ids(self) -> list[str]:
@@ -410,6 +418,49 @@ class TriggerEvaluator:
         as profiles come and go and CEIs fill: reading it costs nothing. Read-only.
         """
         return self._watchers
+
+    def update_weights(self) -> Mapping[int, float]:
+        """What finding each waited-for feed's next update in time is worth: the background's weights.
+
+        The feeds of :meth:`update_watchers`, each rule's worth spread over the
+        feeds it still waits for. An ``on: update`` trigger adds 1 to its feed.
+        A watch rule's CEI is captured only if every remaining feed's update is
+        found within the window, so one of ``m`` remaining finds is worth about
+        ``1/m`` of the CEI: a rule waiting for one last feed pulls hard on it,
+        one that waits for all three of its feeds pulls a third on each. A watch
+        CEI already missed (an update found too late) adds ``DEAD_CEI_WEIGHT``
+        spread the same way: its remaining updates only end a CEI that is lost,
+        but the next CEI begins after them. Kept up to date incrementally, like
+        :meth:`update_watchers`; read-only.
+        """
+        return self._weights
+
+    def _reweigh(self, rule_id: str, rule: _Rule | None) -> None:
+        """Replace ``rule_id``'s share of :meth:`update_weights` with its current one (none: removed)."""
+        old = self._weight_of.pop(rule_id, None)
+        if old is not None:
+            feeds, worth = old
+            for r in feeds:
+                left = self._weights.get(r, 0.0) - worth
+                if left > 1e-9:
+                    self._weights[r] = left
+                else:
+                    self._weights.pop(r, None)
+        if rule is None or not _waits_for_updates(rule):
+            return
+        if isinstance(rule, _WatchRule):
+            state = self._watch_state[rule_id]
+            feeds = tuple(r for r in rule.resources if r not in state.covered)
+            if not feeds:
+                return
+            # A CEI not opened yet is not missed yet, whatever became of the previous one.
+            alive = state.alive or state.cei_id is None
+            worth = (1.0 if alive else DEAD_CEI_WEIGHT) / len(feeds)
+        else:
+            feeds, worth = (rule.resource,), 1.0
+        self._weight_of[rule_id] = (feeds, worth)
+        for r in feeds:
+            self._weights[r] = self._weights.get(r, 0.0) + worth
 
     def update_window(self) -> int | None:
         """The shortest window (chronons) in which a waiting rule must see an update, or None.
@@ -677,6 +728,7 @@ class TriggerEvaluator:
             wstate = self._watch_state[rule_id]
             if wstate.cei_id == cei_id:
                 wstate.alive = False
+                self._reweigh(rule_id, self._rules[rule_id])
         return [SealCei(cei_id)]
 
     on_cei_missed = on_trigger_missed
@@ -774,6 +826,7 @@ class TriggerEvaluator:
                 self._wait([r for r in oldw.covered if r not in ws.covered], +1)
                 self._wait([r for r in ws.covered if r not in oldw.covered], -1)
                 self._watch_state[rule_id] = ws
+                self._reweigh(rule_id, rule)
                 if ws.cei_id is not None and ws.alive:
                     self._open_index[ws.cei_id] = rule_id
         except (KeyError, TypeError, ValueError) as exc:
@@ -923,6 +976,7 @@ class TriggerEvaluator:
             state.cei_id = None
             state.covered = {}
             self._wait(rule.resources, +1)
+        self._reweigh(rule.rule_id, rule)
         return ops
 
 

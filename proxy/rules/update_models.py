@@ -119,6 +119,8 @@ class UpdateModelSettings:
     max_updates: int = 2000  # per feed kept; older history is cut at an update (left truncation)
     max_censored: int = 2000
     max_pending_pings: int = 256
+    trusted_ping_hits: int = 3  # positive probes explained by a ping before a feed's pings teach on their own …
+    trusted_ping_miss_share: float = 0.1  # … while at most this share of positive probes found an unpinged change
     default_prior: GammaPrior = _DEFAULT_PRIOR  # until the population has been fitted
     prior_refresh_every: int = 100_000  # observations between population refits (and whenever they double)
 
@@ -183,7 +185,8 @@ class _Feed:
 
     __slots__ = (
         "censored", "cover_end", "cover_start", "exposure", "fit_exposure", "fit_informative", "informative",
-        "kind", "model", "model_prior", "offset", "pings", "scores", "shape", "timed", "updates",
+        "kind", "model", "model_prior", "offset", "ping_hits", "ping_misses", "pings", "recent_pings", "scores",
+        "shape", "timed", "updates",
     )
 
     def __init__(self) -> None:
@@ -193,6 +196,9 @@ class _Feed:
         self.cover_end: list[float] = []
         self.censored: list[tuple[float, float]] = []  # (a, b] holding >= 1 update, sorted by b
         self.pings: list[float] = []  # pings not yet covered by a probe or document
+        self.recent_pings: list[float] = []  # the last few pings, taught or not (to judge the next probe)
+        self.ping_hits = 0  # positive probes whose interval held a ping
+        self.ping_misses = 0  # positive probes whose interval held none: the feed changed without pinging
         self.offset = 0.0  # seconds east of UTC, from the dates' own offsets
         self.exposure = 0.0
         self.informative = 0  # updates + censored intervals ever added
@@ -483,6 +489,11 @@ class FeedUpdateModels:
         dates, counts = self._screen(f, newest_published, at, stragglers=False)
         inside = [(t, timed) for t, timed in dates if t > a]
         backdated = len(dates) - len(inside)
+        if new_entries > 0 or inside:
+            if any(a < p <= at for p in f.recent_pings):
+                f.ping_hits += 1
+            else:
+                f.ping_misses += 1
         new, known = self._add(f, inside)
         if inside or (new_entries <= 0 and not backdated):
             f.drop_explained(*f.cover(a, at))
@@ -504,17 +515,60 @@ class FeedUpdateModels:
     def observe_ping(self, feed: FeedKey, at: float) -> bool:
         """Record that the feed said it changed at ``at``; True unless a probe or document already covers ``at``.
 
-        The ping waits until a probe or document covers it (see the class
-        docstring); several pings within ``merge_window`` are one.
+        Until the feed's pings are trusted, the ping waits until a probe or
+        document covers it (see the class docstring). A feed's pings are
+        trusted once ``trusted_ping_hits`` positive probes found a ping in
+        their interval and at most ``trusted_ping_miss_share`` of its positive
+        probes found a change nobody pinged: the feed pings every update, so a
+        ping is then complete evidence on its own. It is recorded as an update
+        and covers the time since the newest covered span (pings pending in it
+        become updates too). A probe that later finds an unpinged change counts
+        as a miss, and enough of them end the trust. Several pings within
+        ``merge_window`` are one.
         """
         f = self._feed(feed)
         self._latest = max(self._latest, at)
         if f.covered(at) or any(abs(p - at) <= self.settings.merge_window for p in f.pings[-4:]):
             return False
+        f.recent_pings.append(at)
+        if len(f.recent_pings) > 8:
+            del f.recent_pings[0]
+        if self.trusts_pings(feed) and f.cover_end and f.cover_end[-1] < at:
+            before = f.informative
+            start = f.cover_end[-1]
+            for p in [*[q for q in f.pings if start < q < at], at]:
+                f.add_update(p, True, self.settings.merge_window)
+            f.drop_explained(*f.cover(start, at))
+            self._after(feed, f, at, before)
+            return True
         f.pings.append(at)
         if len(f.pings) > self.settings.max_pending_pings:
             del f.pings[0]
         return True
+
+    def posterior(self, feed: FeedKey) -> tuple[float, float]:
+        """The Gamma posterior ``(shape, rate per second)`` of the feed's mean rate, for optimism.
+
+        The population prior plus the feed's recorded updates and censored
+        intervals (each at least one update) over its covered seconds: how
+        sure the mean rate is, not which model shape won. Cheap (no fit): the
+        background allocation reads it at every probe. An unknown feed gets the
+        prior itself.
+        """
+        f = self._feeds.get(feed)
+        prior = self.prior
+        alpha = max(prior.alpha, 1e-3)
+        beta = max(prior.beta, 1.0)
+        if f is None:
+            return alpha, beta
+        return alpha + len(f.updates) + len(f.censored), beta + f.exposure
+
+    def trusts_pings(self, feed: FeedKey) -> bool:
+        """Whether ``feed``'s pings teach the model on their own (see :meth:`observe_ping`)."""
+        f = self._feeds.get(feed)
+        if f is None or f.ping_hits < self.settings.trusted_ping_hits:
+            return False
+        return f.ping_misses <= self.settings.trusted_ping_miss_share * (f.ping_hits + f.ping_misses)
 
     def _after(self, key: FeedKey, f: _Feed, at: float, before: int) -> None:
         self._latest = max(self._latest, at)
@@ -749,6 +803,7 @@ class FeedUpdateModels:
                 "censored": [[a, b] for a, b in f.censored], "pings": list(f.pings), "offset": f.offset,
                 "informative": f.informative, "fit_informative": f.fit_informative, "fit_exposure": f.fit_exposure,
                 "kind": f.kind, "shape": shape, "scores": [[n, s] for n, s in f.scores],
+                "recent_pings": list(f.recent_pings), "ping_hits": f.ping_hits, "ping_misses": f.ping_misses,
             })
         return {
             "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, "origin": self.settings.origin,
@@ -790,6 +845,9 @@ class FeedUpdateModels:
                     f.shape = PeriodicFit(shape["period"], shape["phase"], shape["jitter"], shape["hit_rate"],
                                           shape["background"])
                 f.scores = tuple((str(n), float(s)) for n, s in rec["scores"])
+                # Added after version 1 was written: older snapshots have no ping record yet.
+                f.recent_pings = [float(p) for p in rec.get("recent_pings", [])]
+                f.ping_hits, f.ping_misses = int(rec.get("ping_hits", 0)), int(rec.get("ping_misses", 0))
                 feeds[rec["feed"]] = f
             prior = GammaPrior(float(data["prior"][0]), float(data["prior"][1]))
             profile = np.asarray(data["profile"], dtype=np.float64)

@@ -68,8 +68,6 @@ from proxy.service.metrics import ServiceMetrics
 from proxy.service.runtime import Runtime
 from proxy.store import FeedUpdate, NewEntry, ProbeInput, ProbeRecord, Store
 
-WEEK = 7 * 86_400.0  # seconds over which a feed's mean rate is read for the cheap cut
-
 log = structlog.get_logger("proxy.service")
 
 
@@ -182,10 +180,13 @@ class ChrononLoop:
 
         ``proxy.core.discovery.CaptureExplore`` (docs/discovery-sim.md): a fifth of
         the spare budget to the feeds waited on longest, the rest by capture-optimal
-        frequencies on the learnt rates (each feed's mean rate of the last week,
-        from its update model), whatever is left by the greedy index. Weights: the
-        rules waiting for each feed's next update; window: the shortest a waiting
-        rule allows. Called every chronon, with no spare budget too, so the
+        frequencies on optimistic learnt rates (each feed's mean rate of the last
+        week from its update model, times its posterior's optimism: ``FeedSlot.learn_rate``),
+        whatever is left by the greedy index. Weights:
+        what finding each feed's next update in time is worth to the rules waiting
+        for it (``TriggerEvaluator.update_weights``: a watch rule's worth spread over
+        the feeds its CEI still lacks, a quarter of it once that CEI is missed);
+        window: the shortest a waiting rule allows. Called every chronon, with no spare budget too, so the
         allocator's stride credit keeps time. ``exclude``: blocked feeds, probes in
         flight and the engine's own picks.
         """
@@ -199,14 +200,14 @@ class ChrononLoop:
         rate: list[float] = []
         weight: list[float] = []
         length = self.clock.length
-        for r, waiting in evaluator.update_watchers().items():
+        for r, worth in evaluator.update_weights().items():
             slot = rt.feeds.by_resource.get(r)
             if slot is None or r in exclude:
                 continue
             resources.append(r)
             last.append(slot.last_success)
-            rate.append(slot.mean_rate * length)
-            weight.append(float(waiting))
+            rate.append(slot.mean_rate * slot.optimism * length)
+            weight.append(worth)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window)
 
     def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
@@ -224,7 +225,7 @@ class ChrononLoop:
         if isinstance(result, Ok):
             models.observe_document(r, at, [e.published for e in result.entries])
         slot.last_success_at = at
-        slot.mean_rate = models.expected_updates(r, at - WEEK, at) / WEEK
+        slot.learn_rate(models, at)
 
     async def stop(self) -> None:
         """Cancel the probes in flight (their results are lost; the feeds are probed again later)."""

@@ -549,6 +549,12 @@ class ProxyService:
             # Learnt state only: start learning afresh rather than refuse to start.
             log.warning("update_models_not_restored", reason=str(exc))
             return
+        # The background ranking reads each feed's rate from its slot: without this, every
+        # feed would rank at rate 0 until its next probe, and the spare budget would go
+        # only to exploration for the first hundreds of chronons after a restart.
+        at = self.clock.now().timestamp()
+        for slot in runtime.feeds.by_id.values():
+            slot.learn_rate(runtime.models, at)
         log.info("update_models_restored", feeds=len(runtime.models.feeds()))
 
     def update_model(self, feed_id: int) -> FeedModelEstimate | None:
@@ -716,7 +722,9 @@ class ProxyService:
         if slot is None:
             raise FeedNotFoundError(feed_id)
         ops = rt.evaluator.on_notification(slot.resource, rt.engine.now, profiles)
-        rt.models.observe_ping(slot.resource, self.clock.now().timestamp())
+        at = self.clock.now().timestamp()
+        if rt.models.observe_ping(slot.resource, at) and rt.models.trusts_pings(slot.resource):
+            slot.learn_rate(rt.models, at)  # the ping taught the model (a feed that pings every update)
         steps = rt.apply(ops)
         steps += rt.drain_all()
         steps += rt.rule_states()

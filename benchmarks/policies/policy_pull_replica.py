@@ -1,0 +1,133 @@
+"""A fast replica of ``proxy bench live --ping-drop-rate 1.0``: the service's background allocation, no HTTP.
+
+Figures quoted in ``docs/discovery.md`` (section "Background probes": the
+choice of the optimism ``z``). The live bench takes one to four minutes a run
+and moves by a few points between runs of one command; this replays the same
+workload (``proxy.bench.live.trace_workload``) chronon by chronon with what the
+service's loop does in pull-only mode, so allocation variants can be compared
+over many traces in seconds:
+
+- every probe goes to the background (pull-only: no EI is known before the
+  probe that finds its update), chosen by ``CaptureExplore`` with the loop's
+  inputs: rates from ``FeedUpdateModels`` (documents and censored probes, in
+  seconds of 0.3 s chronons), made optimistic by the posterior's upper ``z``
+  quantile as ``FeedSlot.learn_rate`` does, and the weights of
+  ``TriggerEvaluator.update_weights`` (a watch rule's worth spread over the
+  feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed), with the
+  AuctionWatch bookkeeping redone here;
+- scored like the live bench (``cei_outcome``) against the plain readers at
+  equal probes (``match_probes``).
+
+What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
+update-time estimate (it dates a found update by its true chronon). So its
+figures are close to the live ones, not equal; a choice it suggests must be
+confirmed live.
+
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 1 --z 2 --z 3 \\
+        TRACE.csv:PROFILES:BUDGET ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from proxy.bench.baselines import AdaptiveParams, match_probes
+from proxy.bench.live import trace_workload
+from proxy.bench.metrics import ProbeRec, cei_outcome
+from proxy.core.discovery import CaptureExplore
+from proxy.core.model import CEI
+from proxy.core.rates import gamma_upper
+from proxy.rules import FeedUpdateModels
+from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+
+LENGTH = 0.3  # seconds per chronon, as the live bench
+ORIGIN = 1.7e9  # model seconds of chronon 0
+WEEK = 7 * 86_400.0
+CHRONONS, WINDOW, DAYS = 200, 10, 14
+
+
+def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, float, float, int]:
+    """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes."""
+    bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=1,
+                        budget=budget)
+    ups = bw.updates
+    watches = [tuple(w) for w in bw.watched]
+    covered: list[dict[int, int]] = [{} for _ in watches]
+    prev = [-1] * len(watches)
+    alive = [True] * len(watches)
+    watched = sorted({r for w in watches for r in w})
+    rules_of: dict[int, list[int]] = defaultdict(list)
+    for i, w in enumerate(watches):
+        for r in w:
+            rules_of[r].append(i)
+    models = FeedUpdateModels()
+    last: dict[int, int | None] = dict.fromkeys(watched)
+    last_at: dict[int, float] = {}
+    rate = dict.fromkeys(watched, 0.0)
+    allocator = CaptureExplore()
+    probes: list[ProbeRec] = []
+    for t in range(CHRONONS):
+        weight: dict[int, float] = defaultdict(float)
+        for i, w in enumerate(watches):
+            left = [r for r in w if r not in covered[i]]
+            for r in left:
+                weight[r] += (1.0 if alive[i] else DEAD_CEI_WEIGHT) / len(left)
+        feeds = [r for r in watched if weight[r] > 0]
+        picked = allocator.pick(budget, t, feeds, [last[r] for r in feeds], [rate[r] * LENGTH for r in feeds],
+                                [weight[r] for r in feeds], WINDOW)
+        for r in picked:
+            probes.append(ProbeRec(r, t, float(t), True))
+            at = ORIGIN + t * LENGTH
+            before = last[r]
+            if before is not None:
+                found = [u for u in ups[r] if before < u <= t]
+                models.observe_probe(r, last_at[r], at, len(found), [ORIGIN + (u - 0.1) * LENGTH for u in found])
+                for i in rules_of[r] if found else ():
+                    if found[0] <= prev[i] or r in covered[i]:
+                        continue
+                    alive[i] = alive[i] and t <= found[0] + WINDOW
+                    covered[i][r] = found[0]
+                    if len(covered[i]) == len(watches[i]):
+                        prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
+            shown = [ORIGIN + (u - 0.1) * LENGTH for u in ups[r] if u <= t][-20:]
+            models.observe_document(r, at, shown)
+            last[r], last_at[r] = t, at
+            shape, beta = models.posterior(r)
+            rate[r] = (models.expected_updates(r, at - WEEK, at) / WEEK
+                       * gamma_upper(shape, beta, z) / (shape / beta))
+    live = cei_outcome(bw.workload.ceis, probes).completeness
+    remap = {r: i for i, r in enumerate(watched)}
+    sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
+                     for c in bw.workload.ceis)
+    sub_updates = [list(ups[r]) for r in watched]
+    params = AdaptiveParams(max_interval=CHRONONS // 2, lookback=CHRONONS // 5, window=20)
+    rr = match_probes("round-robin", sub_ceis, sub_updates, CHRONONS, len(probes), params).completeness
+    ad = match_probes("adaptive", sub_ceis, sub_updates, CHRONONS, len(probes), params).completeness
+    return live, rr, ad, len(probes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
+    parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 1, 2)")
+    args = parser.parse_args()
+    zs = args.z or [1.0, 2.0]
+    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(f"z = {z:g}" for z in zs) + " |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(zs))
+    for spec in args.traces:
+        name, profiles, budget = spec.rsplit(":", 2)
+        cells = []
+        rr = ad = math.nan
+        for z in zs:
+            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z)
+            cells.append(f"{100 * live:.1f} % ({live / max(rr, ad):.2f}×)")
+        print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
+              + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
