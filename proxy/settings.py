@@ -241,10 +241,47 @@ class Settings(BaseSettings):
             "(a second signature), unless the request says otherwise."
         ),
     )
+    write_buffer_batches: int = Field(
+        default=20_000, ge=100,
+        description=(
+            "Most batches of decisions (one per probe or chronon) held in memory while the "
+            "database is away; past it the loop starts no probes until writes resume, and keeps "
+            "deciding (docs/operations.md)."
+        ),
+    )
+    write_lag_ready_seconds: float = Field(
+        default=30.0, gt=0,
+        description=(
+            "`/readyz` answers 503 while the oldest decision not yet written is older than this."
+        ),
+    )
+    drain_seconds: float = Field(
+        default=30.0, ge=0,
+        description=(
+            "On SIGTERM, how long the service keeps writing its backlog before it exits; a "
+            "second SIGTERM (or SIGINT) exits at once."
+        ),
+    )
+    test_faults: str = Field(
+        default="",
+        description=(
+            "Tests only: `point=probability,…` kills the process (SIGKILL) at the writer's "
+            "fault points (`writer.between_units`, `writer.before_commit`, "
+            "`writer.after_commit`). Empty: off."
+        ),
+    )
     sse_keepalive_seconds: float = Field(
         default=15.0, gt=0,
         description="Idle time after which `GET /api/v1/events` sends a keep-alive comment.",
     )
+
+    @field_validator("test_faults")
+    @classmethod
+    def _known_faults(cls, value: str) -> str:
+        from proxy.faults import parse_faults
+
+        parse_faults(value)
+        return value
 
     @field_validator("database_url")
     @classmethod

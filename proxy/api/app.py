@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -39,8 +40,10 @@ from proxy.errors import (
     ValidationError,
 )
 from proxy.feeds import FeedUrlRefusedError
-from proxy.service import ProxyService
+from proxy.service import ProxyService, health
 from proxy.settings import Settings
+
+log = structlog.get_logger("proxy.api")
 
 
 def _status_of(exc: ProxyError) -> int:
@@ -74,6 +77,10 @@ async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
     elif code == 503 and isinstance(exc, StorageError):
         service = request.app.state.service
         service.metrics.db_errors.inc()
+        # The driver's text is for the operator (the log), not the client: it may name
+        # tables, hosts and values. The client learns what is unavailable.
+        log.warning("request_database_error", path=request.url.path, error=detail)
+        detail = health.DATABASE_UNAVAILABLE
     return JSONResponse({"detail": detail}, status_code=code, headers=headers)
 
 
@@ -110,10 +117,16 @@ def make_app(
     app.include_router(notify_router)
     app.include_router(plan_router)
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        """Alive: the process answers."""
-        return {"status": "ok"}
+    @app.get("/healthz", tags=["health"], responses={503: {"description": "The chronon loop is stuck."}})
+    async def healthz(service: Service) -> JSONResponse:
+        """Alive: the process answers and, if it runs the chronon loop, the loop ticked within
+        five chronons (at least 30 s); 503 otherwise, saying so. The container health check
+        (a restart when it fails); the database is not asked (an outage is no reason to
+        restart: /readyz says it)."""
+        problem = service.liveness()
+        if problem is not None:
+            return JSONResponse({"status": "stalled", "detail": problem}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz", tags=["health"], response_model=ReadyOut)
     async def readyz(service: Service) -> JSONResponse:
@@ -122,7 +135,8 @@ def make_app(
         st = await service.status()
         body = ReadyOut(status=st.status, role=st.role, epoch=st.epoch, ready=st.ready,
                         database=st.database, ticking=st.ticking, chronon=st.chronon,
-                        inflight=st.inflight, backlog=st.backlog, detail=st.detail)
+                        inflight=st.inflight, backlog=st.backlog, writing=st.writing,
+                        write_lag_seconds=st.write_lag, detail=st.detail)
         return JSONResponse(body.model_dump(), status_code=200 if st.ready else 503)
 
     token = settings.metrics_token.get_secret_value().encode() if settings.metrics_token else None

@@ -7,9 +7,14 @@ FastAPI, SQLAlchemy and the fetcher: the commands import them when they run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from proxy.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -42,15 +47,41 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(code=2) from None
 
-        import uvicorn
-
         from proxy.api import make_app
         from proxy.service.logs import configure_logging
 
         configure_logging(settings.log_level, settings.log_format)
         app_ = make_app(settings)
-        uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    access_log=False, lifespan="on", loop=loop)
+        _serve(app_, settings, loop)
+
+
+def _serve(app_: FastAPI, settings: Settings, loop: str) -> None:
+    """uvicorn, with the shutdown the proxy promises: the first SIGTERM (or SIGINT) drains
+    the writer's backlog within ``PROXY_DRAIN_SECONDS``; a second one of either exits at
+    once (uvicorn alone forces only on a second SIGINT)."""
+    import asyncio
+    import contextlib
+    import types
+
+    import uvicorn
+
+    service = app_.state.service
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+            if self.should_exit:  # the second signal: stop waiting for anything
+                self.force_exit = True
+                with contextlib.suppress(RuntimeError):  # no loop any more: nothing to cut short
+                    asyncio.get_running_loop().call_soon_threadsafe(service.stop_now)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+        access_log=False, lifespan="on", loop=loop,
+        # Open connections (event streams) must not hold the drain up for ever.
+        timeout_graceful_shutdown=max(1, round(settings.drain_seconds)),
+    )
+    Server(config).run()
 
 
 def register_demo(app: typer.Typer) -> None:

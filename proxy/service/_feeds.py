@@ -28,6 +28,9 @@ class FeedSlot:
     mean_rate: float = 0.0
     """Updates per second the model expects over the last week, refreshed at each probe:
     the cheap first cut of the background ranking."""
+    seen: frozenset[str] | None = None
+    """Identities of the last document this process parsed (None: none yet): what is new
+    when the database cannot say (it is away; docs/operations.md)."""
 
     @classmethod
     def of(cls, feed: Feed) -> FeedSlot:

@@ -13,7 +13,7 @@ What it does not do: I/O of any kind (the loop fetches, the writer stores).
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -223,7 +223,8 @@ class Runtime:
 
     # ------------------------------------------------------------------ restart
 
-    def restore(self, profiles: Sequence[Profile], pending: Sequence[Cei], now: int) -> list[Step]:
+    def restore(self, profiles: Sequence[Profile], pending: Sequence[Cei], now: int,
+                high_water: Mapping[int, int] | None = None) -> list[Step]:
         """Rebuild after a restart: profiles → evaluator (with rule states), pending CEIs → engine.
 
         The engine learns the successful probes that captured EIs of pending CEIs
@@ -240,6 +241,10 @@ class Runtime:
                 self.install(profile, restore_states=True)
             except (ValidationError, ValueError) as exc:
                 log.error("profile_not_restored", profile=profile.id, reason=str(exc))
+        # CEI ids continue after the highest the store holds (by store rule id), whatever
+        # the saved rule states say: an id handed out twice would lose a firing.
+        for rule_id, next_seq in (high_water or {}).items():
+            self.evaluator.reserve_ids(rule_key(rule_id), next_seq)
         # What was just restored is what the store holds: nothing to write back.
         self.evaluator.take_dirty()
         history: dict[int, set[int]] = {}

@@ -37,6 +37,7 @@ import structlog
 from proxy.aio import cancel_and_wait
 from proxy.core.policies import get_policy
 from proxy.errors import AuthError, FeedNotFoundError, StandbyError, StorageError
+from proxy.faults import fault_hook
 from proxy.feeds import (
     Fetcher,
     FetcherSettings,
@@ -51,6 +52,7 @@ from proxy.notify.senders import Sender, WebhookSender
 from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
 from proxy.rules.schemas import NotifySpec
+from proxy.service import health
 from proxy.service._persist import Writer
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
@@ -97,10 +99,13 @@ class ServiceStatus:
     detail: str = ""
     role: Literal["leader", "standby"] = "leader"
     epoch: int | None = None
+    writing: bool = True
+    """The writer keeps up: its oldest unwritten batch is younger than the bound."""
+    write_lag: float = 0.0
 
     @property
     def ready(self) -> bool:
-        return self.database and self.ticking and self.role == "leader"
+        return self.database and self.ticking and self.writing and self.role == "leader"
 
     @property
     def status(self) -> Literal["ready", "standby", "unavailable"]:
@@ -169,6 +174,7 @@ class ProxyService:
         self._scheduler: Any = None
         self._runtime: Runtime | None = None
         self._writer: Writer | None = None
+        self._stopping_now = False
         self._loop: ChrononLoop | None = None
         self._clock: ChrononClock | None = None
         #: The chronon the loop starts at (after the last one ticked before a restart).
@@ -336,7 +342,8 @@ class ProxyService:
         runtime = Runtime(clock)
         leader = self._leader
         writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None,
-                        on_resolved=self._resolved)
+                        on_resolved=self._resolved, max_batches=s.write_buffer_batches,
+                        fault=fault_hook(s.test_faults))
         collected = await store.collect_unregistered_feeds()
         if collected:
             # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
@@ -357,7 +364,8 @@ class ProxyService:
         last = await store.last_chronon()
         now = clock.current() if last is None else max(clock.current(), last + 1)
         self.first_chronon = now
-        steps = runtime.restore(await store.all_profiles(), pending, now)
+        steps = runtime.restore(await store.all_profiles(), pending, now,
+                                await store.cei_id_high_water())
         # The restored rules, specs and engine columns live as long as the process: move them
         # out of the cyclic GC's scans, whose full passes over 100,000 profiles' objects
         # otherwise stall the loop for hundreds of milliseconds (docs/bench-service.md).
@@ -415,11 +423,20 @@ class ProxyService:
         if self._loop is not None:
             await self._loop.stop()
         if self._writer is not None:
-            await self._writer.stop()
+            # Drain: everything decided so far goes to the database, within the deadline
+            # (a second signal, stop_now(), ends it at once). What is left is lost as in a
+            # crash, and decided again by the next start.
+            backlog = self._writer.backlog
+            if backlog:
+                log.info("draining_writes", batches=backlog,
+                         deadline_seconds=self.settings.drain_seconds)
+            drained = await self._writer.stop(self.settings.drain_seconds)
+            if drained and backlog:
+                log.info("writes_drained", batches=backlog)
         if self._dispatcher is not None:
             await self._dispatcher.stop()
             self._dispatcher = None
-        if self._runtime is not None and self._store is not None:
+        if self._runtime is not None and self._store is not None and not self._stopping_now:
             with contextlib.suppress(StorageError):  # logged inside; never block a shutdown
                 await self.save_update_models()
         if self._leader is not None:
@@ -430,6 +447,13 @@ class ProxyService:
             await self._store.close()
             self._store = None
         log.info("service_stopped")
+
+    def stop_now(self) -> None:
+        """Cut a running :meth:`stop` short (a second SIGTERM): stop waiting for the writer's
+        backlog and skip what may wait on the database; the lease is still given up."""
+        self._stopping_now = True
+        if self._writer is not None:
+            self._writer.stop_now()
 
     async def _load_clock(self, store: Store) -> ChrononClock:
         """The chronon origin persisted on first start, so numbering continues after a restart."""
@@ -750,37 +774,66 @@ class ProxyService:
         return self._runtime
 
     async def status(self) -> ServiceStatus:
-        """Database reachable and the loop ticking (a tick within the last three chronons);
-        ``role`` says whether this process leads or stands by."""
-        detail = ""
+        """Database reachable, the loop ticking (a tick within the last three chronons) and
+        the writer keeping up (its oldest batch younger than ``PROXY_WRITE_LAG_READY_SECONDS``);
+        ``role`` says whether this process leads or stands by. ``detail`` names each thing
+        unavailable (:mod:`proxy.service.health`); a driver's error goes to the log only."""
+        problems: list[str] = []
         try:
             await self.store.ping()
             database = True
         except StorageError as exc:
             self.metrics.db_errors.inc()
-            database, detail = False, str(exc)
+            log.warning("readiness_database_down", error=str(exc))
+            database = False
+            problems.append(health.database_down())
         loop = self._loop
         last = loop.last_tick if loop is not None else None
-        ticking = (
+        since = None if last is None else time.monotonic() - last
+        ticking = bool(
             self._run_loop
-            and last is not None
-            and time.monotonic() - last < max(3 * self.settings.chronon_seconds, 1.0)
+            and since is not None
+            and since < max(3 * self.settings.chronon_seconds, 1.0)
         )
+        writer = self._writer
+        lag = writer.lag() if writer is not None else 0.0
+        writing = lag <= self.settings.write_lag_ready_seconds
         leader = self._leader
         role: Literal["leader", "standby"] = "leader" if self.leading else "standby"
-        if role == "standby" and not detail:
-            detail = f"standby: {_describe_lease(leader.seen if leader is not None else None)}"
+        if role == "leader":
+            if self._run_loop and not ticking:
+                problems.append(health.loop_stalled(since))
+            if not writing:
+                problems.append(health.writes_lagging(
+                    lag, self.settings.write_lag_ready_seconds, writer.backlog if writer else 0))
+        if role == "standby" and not problems:
+            problems.append(
+                f"standby: {_describe_lease(leader.seen if leader is not None else None)}")
         lease = leader.lease if leader is not None else None
         return ServiceStatus(
             database=database,
-            ticking=bool(ticking),
+            ticking=ticking,
             chronon=loop.current if loop is not None else None,
             inflight=loop.inflight if loop is not None else 0,
-            backlog=self._writer.backlog if self._writer is not None else 0,
-            detail=detail,
+            backlog=writer.backlog if writer is not None else 0,
+            detail="; ".join(problems),
             role=role,
             epoch=lease.epoch if lease is not None else None,
+            writing=writing,
+            write_lag=round(lag, 3),
         )
+
+    def liveness(self) -> str | None:
+        """``None`` while alive; else why not: this process runs the chronon loop and the loop
+        has not ticked for five chronons (at least 30 s). A standby, or a process still
+        restoring, is alive. No database call: a database outage is not a reason to restart."""
+        loop = self._loop
+        if not self._run_loop or loop is None or loop.last_tick is None or not self.leading:
+            return None
+        since = time.monotonic() - loop.last_tick
+        if since > max(5 * self.settings.chronon_seconds, 30.0):
+            return health.loop_not_live(since)
+        return None
 
     async def flush(self) -> None:
         """Wait until every decision so far is in the database (tests, shutdown)."""

@@ -16,6 +16,7 @@ Nothing outside this package writes SQL. The store knows nothing of policies,
 HTTP or rule semantics.
 """
 
+from proxy.store._audit import INVARIANTS, AuditReport, Violation
 from proxy.store._engine import make_engine
 from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
@@ -58,7 +59,9 @@ from proxy.store.migrate import current_revision, downgrade_database, upgrade_da
 
 __all__ = [
     "CEI_STATES",
+    "INVARIANTS",
     "AttemptOutcome",
+    "AuditReport",
     "CaptureInput",
     "CapturedEntry",
     "Cei",
@@ -92,6 +95,7 @@ __all__ = [
     "Store",
     "TargetInput",
     "User",
+    "Violation",
     "current_revision",
     "downgrade_database",
     "hash_api_key",
