@@ -84,6 +84,7 @@ UPDATE_MODELS_KEY = "update_models"
 SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
 
 ORIGIN_KEY = "chronon_origin"
+READY_PING_SECONDS = 2.0  # /readyz: a database slower than this to answer SELECT 1 is down
 
 
 @dataclass(frozen=True, slots=True)
@@ -780,11 +781,12 @@ class ProxyService:
         unavailable (:mod:`proxy.service.health`); a driver's error goes to the log only."""
         problems: list[str] = []
         try:
-            await self.store.ping()
+            # Bounded: a database that does not answer must not hang the health check.
+            await asyncio.wait_for(self.store.ping(), READY_PING_SECONDS)
             database = True
-        except StorageError as exc:
+        except (StorageError, TimeoutError) as exc:
             self.metrics.db_errors.inc()
-            log.warning("readiness_database_down", error=str(exc))
+            log.warning("readiness_database_down", error=str(exc) or type(exc).__name__)
             database = False
             problems.append(health.database_down())
         loop = self._loop
