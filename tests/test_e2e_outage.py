@@ -75,7 +75,8 @@ async def test_the_loop_outlives_a_database_outage_and_loses_nothing(
 ) -> None:
     async with FaultProxy(("127.0.0.1", make_url(fresh_postgres_url).port or 5432)) as pg:
         env = _env(_through(fresh_postgres_url, pg.port))
-        env.update({"PROXY_CHRONON_SECONDS": "0.1", "PROXY_LEASE_TTL_SECONDS": "30"})
+        env.update({"PROXY_CHRONON_SECONDS": "0.1", "PROXY_LEASE_TTL_SECONDS": "30",
+                    "PROXY_WRITE_LAG_READY_SECONDS": "2"})
         key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
         port = _free_port()
         log = tmp_path / "serve.log"
@@ -110,6 +111,8 @@ async def test_the_loop_outlives_a_database_outage_and_loses_nothing(
             assert _metric(metrics, "proxy_write_backlog") > 0
             chronon_during = _metric(metrics, "proxy_chronon")
             assert chronon_during > chronon_before + 20  # ticking all along
+            body = (await api.get("/readyz")).json()  # the writes wait longer than 2 s now
+            assert body["writing"] is False and "writes: the oldest of" in body["detail"], body
             pg.restore()
             back_at = time.monotonic()
             await _ready(api)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ from proxy.store import (
 )
 
 log = structlog.get_logger("proxy.service")
+
+#: The ``service_state`` key of the token of the writer's last committed round.
+ROUND_KEY = "writer_round"
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,8 +393,24 @@ class Writer:
         units = self._units(steps)
         refused: list[Unit] = []
         attempt = 0
+        # A commit whose answer was lost with the connection may have committed: each attempt
+        # stores a token in its transaction, and before writing the round again the writer
+        # looks for it (writing it twice would refuse every CEI: "already exists").
+        uncertain: tuple[str, _Round] | None = None
         while True:
+            if uncertain is not None:
+                token, attempted = uncertain
+                try:
+                    committed = await self.store.get_state(ROUND_KEY) == token
+                except StorageError as away:
+                    attempt = await self._outage(away, attempt)
+                    continue
+                uncertain = None
+                if committed:
+                    rnd = attempted
+                    break
             rnd = _Round()
+            token = uuid.uuid4().hex
             try:
                 async with self.store.unit():
                     for k, unit in enumerate(units):
@@ -399,6 +419,7 @@ class Writer:
                         except ProxyError as error:
                             raise _UnitFailed(k, error) from error
                         self._fault("writer.between_units")
+                    await self.store.set_state(ROUND_KEY, token)
                     self._fault("writer.before_commit")
             except _UnitFailed as failed:
                 exc = failed.error
@@ -418,7 +439,8 @@ class Writer:
                     self.metrics.writes_refused.inc()
                     log.error("persist_refused", step=_name(unit), error=str(exc))
                 continue
-            except StorageError as lost:  # the commit itself (or BEGIN) failed
+            except StorageError as lost:  # the commit itself (or BEGIN, or the token) failed
+                uncertain = (token, rnd)
                 attempt = await self._outage(lost, attempt)
                 continue
             break
