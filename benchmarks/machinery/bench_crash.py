@@ -193,7 +193,11 @@ async def create_all(api: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> li
 
     async def one(body: dict[str, Any]) -> int:
         async with sem:
-            r = await api.post("/api/v1/profiles", json=body)
+            for _ in range(10):  # 503: the database was busy (SQLite's lock); retry as told
+                r = await api.post("/api/v1/profiles", json=body)
+                if r.status_code != 503:
+                    break
+                await asyncio.sleep(0.5)
             if r.status_code != 201:
                 raise BenchError(f"profile refused: {r.status_code} {r.text[:300]}")
             return int(r.json()["id"])

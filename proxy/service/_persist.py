@@ -5,7 +5,8 @@ synchronously on the event loop and describe the consequences as
 :data:`Step` values (a CEI opened, an EI revealed, a probe with its captures
 …). One :class:`Writer` task applies them to the store strictly in the order
 they were decided, so a capture never refers to an EI row not yet written, and
-the database always holds a prefix of the decisions (what a crash keeps).
+the database always holds a prefix of the decisions: whole rounds, one
+transaction each (what a crash keeps, docs/operations.md).
 
 It does not decide anything and does not touch the engine; a step whose CEI or
 profile vanished meanwhile (the profile was deleted) is skipped, not an error.
@@ -203,6 +204,7 @@ class Writer:
     store: Store
     metrics: ServiceMetrics
     max_round: int = 1000  # batches per round at most
+    max_round_steps: int = 2000  # and steps (a round grows past it by its last batch only)
     max_batches: int = 20_000
     retry_max_seconds: float = 1.0
     guard: Callable[[], bool] | None = None
@@ -334,8 +336,13 @@ class Writer:
             while not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
-            n = min(len(self._queue), self.max_round)
-            steps = [step for i in range(n) for step in self._queue[i].steps]
+            # A round is one transaction: bounded in batches and in steps, so it never holds
+            # SQLite's write lock long enough to time the API's own writes out.
+            steps: list[Step] = []
+            n = 0
+            while n < min(len(self._queue), self.max_round) and len(steps) < self.max_round_steps:
+                steps.extend(self._queue[n].steps)
+                n += 1
             if self.guard is not None and not self.guard():
                 # Not a drop: the database must keep holding a prefix of the decisions. Either
                 # the lease is renewed (then write) or this process steps down (abort()).
@@ -369,22 +376,24 @@ class Writer:
         if grown:
             units.append((GrowCeis(grown),))
         states: dict[int, Any] = {}
-        probes: list[Step] = []
+        run: list[Step] = []  # consecutive steps of one kind, written together
         for step in steps:
             if isinstance(step, AddCei | AddEi | Seal):
                 continue
             if isinstance(step, RuleStates):
                 states.update(step.states)
                 continue
-            if isinstance(step, ProbeWrite):
-                probes.append(step)
-                continue
-            if probes:
-                units.append(tuple(probes))
-                probes = []
-            units.append((step,))
-        if probes:
-            units.append(tuple(probes))
+            if run and type(run[0]) is not type(step):
+                units.append(tuple(run))
+                run = []
+            if isinstance(step, ProbeWrite | Resolved | Captured):
+                # One statement per kind of row for the whole run: with 1,500 rules firing
+                # every 5 s, one round trip per resolution was what the writer waited on.
+                run.append(step)
+            else:
+                units.append((step,))
+        if run:
+            units.append(tuple(run))
         if states:
             units.append((RuleStates(tuple(states.items())),))
         return units
@@ -494,8 +503,17 @@ class Writer:
                 if probe.done is not None:
                     rnd.done.append((probe.done, record))
             return
-        (step,) = unit
         store = self.store
+        if isinstance(unit[0], Resolved):
+            resolved = [s for s in unit if isinstance(s, Resolved)]
+            await store.resolve_ceis([CeiStateChange(s.cei_id, s.state, s.chronon) for s in resolved])
+            rnd.forget.extend(s.cei_id for s in resolved)
+            return
+        if isinstance(unit[0], Captured) and len(unit) > 1:
+            for step in unit:
+                await self._write_unit((step,), rnd)
+            return
+        (step,) = unit
         if isinstance(step, GrowCeis):
             eis = [(s.cei_id, s.ei) for s in step.steps if isinstance(s, AddEi)]
             seal = [s.cei_id for s in step.steps if isinstance(s, Seal)]
@@ -525,9 +543,6 @@ class Writer:
             ei_id = self._ei_id(rnd, step.cei_id, step.ordinal)
             if ei_id is not None:
                 await store.capture_by_probe_of(ei_id, step.chronon)
-        elif isinstance(step, Resolved):
-            await store.resolve_ceis([CeiStateChange(step.cei_id, step.state, step.chronon)])
-            rnd.forget.append(step.cei_id)
         elif isinstance(step, RuleStates):
             await store.save_rule_states(step.states)
         elif isinstance(step, ChrononRow):
