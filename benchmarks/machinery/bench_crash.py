@@ -97,7 +97,7 @@ def env_for(url: str, chronon: float, budget: int) -> dict[str, str]:
         "PROXY_RESPECT_CACHE_HINTS": "false",
         "PROXY_RETENTION_DAYS": "0",
         "PROXY_LOG_FORMAT": "json",
-        "PROXY_LEASE_TTL_SECONDS": "2",
+        "PROXY_LEASE_TTL_SECONDS": "4",
     })
     return env
 
@@ -193,7 +193,7 @@ async def create_all(api: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> li
 
     async def one(body: dict[str, Any]) -> int:
         async with sem:
-            for _ in range(10):  # 503: the database was busy (SQLite's lock); retry as told
+            for _ in range(120):  # 503: the database was busy (SQLite's lock) or a lease lapsed
                 r = await api.post("/api/v1/profiles", json=body)
                 if r.status_code != 503:
                     break

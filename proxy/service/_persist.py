@@ -15,11 +15,12 @@ profile vanished meanwhile (the profile was deleted) is skipped, not an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,6 +210,10 @@ class Writer:
     retry_max_seconds: float = 1.0
     guard: Callable[[], bool] | None = None
     fault: Callable[[str], None] | None = None
+    #: Held while a round's transaction is open; the service's profile and feed changes hold
+    #: it too, so their transactions and a round's never wait on each other's row locks (a
+    #: PostgreSQL deadlock, seen deleting a profile while its CEIs were being resolved).
+    lock: asyncio.Lock | None = None
     # (cei id) -> ordinal -> store EI id, for CEIs whose EIs may still be captured.
     ei_ids: dict[str, dict[int, int]] = field(default_factory=dict)
     #: Called after a round that wrote CEI resolutions (and so, maybe, outbox rows): wakes
@@ -421,7 +426,7 @@ class Writer:
             rnd = _Round()
             token = uuid.uuid4().hex
             try:
-                async with self.store.unit():
+                async with self._locked(), self.store.unit():
                     for k, unit in enumerate(units):
                         try:
                             await self._write_unit(unit, rnd)
@@ -469,6 +474,14 @@ class Writer:
             for step in _expand(unit):
                 if isinstance(step, ProbeWrite) and step.done is not None:
                     step.done(None)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        if self.lock is None:
+            yield
+            return
+        async with self.lock:
+            yield
 
     async def _reachable(self) -> bool:
         try:

@@ -271,5 +271,8 @@ class Runtime:
                 engine.add_cei(cei.id, str(cei.profile_id), eis, sealed=cei.sealed)
             except (KeyError, ValueError) as exc:
                 log.error("cei_not_restored", cei=cei.id, reason=repr(exc))
-        return self.drain_all()
+        # The CEIs missed while the service was down change their rules' states (the evaluator
+        # forgets them): those states go in the same batch as the resolutions, so no crash can
+        # store one without the other (a stale open CEI would be sealed later in vain).
+        return self.drain_all() + self.rule_states()
 

@@ -344,6 +344,7 @@ class ProxyService:
         leader = self._leader
         writer = Writer(store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved, max_batches=s.write_buffer_batches,
+                        lock=self._lock,
                         fault=fault_hook(s.test_faults))
         collected = await store.collect_unregistered_feeds()
         if collected:
@@ -581,7 +582,8 @@ class ProxyService:
         """Delete the user's registration (:class:`ConflictError` while their rules read it);
         the shared feed leaves the engine with its last registration."""
         self._require_leader()
-        gone = await self.store.delete_registration(user_id, feed_id)
+        async with self._lock:  # not while a write round runs: their row locks would deadlock
+            gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
             self.runtime.feeds.remove(feed_id)
         log.info("feed_unregistered", feed=feed_id, user=user_id, feed_deleted=gone)

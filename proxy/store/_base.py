@@ -82,7 +82,8 @@ def describe_driver_error(exc: BaseException) -> str:
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether a driver error says the database is away (connection lost or refused, server
-    shutting down, SQLite locked) rather than that it refused this statement (a constraint,
+    shutting down, SQLite locked, a deadlock or serialization failure to retry) rather than
+    that it refused this statement (a constraint,
     a value it cannot store). The service retries the first kind until the database returns;
     retrying the second kind would stall it for ever."""
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
@@ -94,7 +95,9 @@ def is_unavailable(exc: BaseException) -> bool:
     # 57P (operator intervention: admin shutdown, cannot connect now).
     cause = getattr(orig, "__cause__", None)
     sqlstate = getattr(orig, "sqlstate", None) or getattr(cause, "sqlstate", None)
-    if isinstance(sqlstate, str) and sqlstate.startswith(("08", "57P")):
+    # Class 40 (transaction rollback: serialization failure, deadlock detected): the same
+    # transaction succeeds when tried again.
+    if isinstance(sqlstate, str) and sqlstate.startswith(("08", "57P", "40")):
         return True
     return isinstance(orig, OSError | TimeoutError) or isinstance(cause, OSError | TimeoutError)
 
