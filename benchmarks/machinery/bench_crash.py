@@ -378,7 +378,7 @@ def header(command: str) -> str:
     load = os.getloadavg()[0]
     return (f"Measured {dt.date.today().isoformat()} on {platform.node()} "
             f"({os.cpu_count()} cores shared with other engineers' runs; load average "
-            f"{load:.1f} at the start) with\n`{command}`.\n\n")
+            f"{load:.1f} at the start) with\n`{command}`.\n")
 
 
 def kill_table(results: list[KillResult], command: str) -> str:
@@ -401,7 +401,7 @@ def kill_table(results: list[KillResult], command: str) -> str:
 
 
 def outage_table(r: OutageResult, command: str) -> str:
-    return header(command) + "\n".join([
+    return header(command) + "\n" + "\n".join([
         "| cut | /readyz 503 during | /readyz 200 after | chronons ticked / stored | probes "
         "made / stored | backlog max | dropped | `db check` violations |",
         "|---|---|---|---|---|---|---|---|",
