@@ -24,7 +24,8 @@ COPY migrations ./migrations
 RUN mkdir -p /app/data && chown -R proxy:proxy /app
 USER proxy
 EXPOSE 8000
-# /healthz answers 200 while the process is alive; python is used because curl is not in slim images.
+# /healthz (liveness) answers 200 while the process is alive and its chronon loop ticks (503 when the
+# loop is stuck); python is used because curl is not in slim images.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"]
 # `proxy serve` upgrades the database on start (PROXY_MIGRATE_ON_START).

@@ -77,7 +77,14 @@ class SettingsError(ProxyError):
 
 
 class StorageError(ProxyError):
-    """The database failed (unreachable, locked, driver error); the cause is chained."""
+    """The database failed (unreachable, locked, driver error); the cause is chained.
+
+    ``unavailable``: the database is away (connection lost or refused, locked), so the
+    same write may succeed later; otherwise it refused this statement."""
+
+    def __init__(self, message: str, *, unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
 
 
 class AuthError(ProxyError):

@@ -291,6 +291,35 @@ class Settings(BaseSettings):
             "(a second signature), unless the request says otherwise."
         ),
     )
+    write_buffer_batches: int = Field(
+        default=20_000, ge=100,
+        description=(
+            "Most batches of decisions (one per probe or chronon) held in memory while the "
+            "database is away; past it the loop starts no probes until writes resume, and keeps "
+            "deciding (docs/operations.md)."
+        ),
+    )
+    write_lag_ready_seconds: float = Field(
+        default=30.0, gt=0,
+        description=(
+            "`/readyz` answers 503 while the oldest decision not yet written is older than this."
+        ),
+    )
+    drain_seconds: float = Field(
+        default=30.0, ge=0,
+        description=(
+            "On SIGTERM, how long the service keeps writing its backlog before it exits; a "
+            "second SIGTERM (or SIGINT) exits at once."
+        ),
+    )
+    test_faults: str = Field(
+        default="",
+        description=(
+            "Tests only: `point=probability,…` kills the process (SIGKILL) at the writer's "
+            "fault points (`writer.between_units`, `writer.before_commit`, "
+            "`writer.after_commit`). Empty: off."
+        ),
+    )
     sse_keepalive_seconds: float = Field(
         default=15.0, ge=MIN_TIMEOUT, le=HOUR,
         description="Idle time after which `GET /api/v1/events` sends a keep-alive comment.",
@@ -386,6 +415,14 @@ class Settings(BaseSettings):
     def ack_wait_seconds(self) -> float:
         """The broker's redelivery delay: as set, or the whole-request timeout plus 10 s."""
         return self.broker_ack_wait_seconds or self.http_total_timeout_seconds + 10.0
+
+    @field_validator("test_faults")
+    @classmethod
+    def _known_faults(cls, value: str) -> str:
+        from proxy.faults import parse_faults
+
+        parse_faults(value)
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import AsyncIterator
 
+from proxy.errors import StorageError
 from proxy.service._persist import (
     AddCei,
     AddEi,
@@ -150,3 +153,44 @@ async def test_a_refused_write_is_counted_not_silent(store: Store) -> None:
     writer.submit([AddCei("r:0", pid, rid, 4, (NewEi(0, a, 4, 6),), sealed=True)])  # the same id again
     await writer.stop()
     assert metrics.registry.get_sample_value("proxy_writes_refused_total") == 1
+
+
+class _LostCommitAnswer(Store):
+    """A store whose first committed unit loses its answer, as when the connection drops
+    between PostgreSQL's commit and its reply to it (the commit happened)."""
+
+    lost = False
+
+    @contextlib.asynccontextmanager
+    async def unit(self) -> AsyncIterator[None]:
+        async with super().unit():
+            yield
+        if not self.lost:
+            self.lost = True
+            raise StorageError("connection was closed in the middle of operation",
+                               unavailable=True)
+
+
+async def test_a_round_whose_commit_answer_was_lost_is_not_written_twice(database_url: str) -> None:
+    async with _LostCommitAnswer.from_url(database_url) as store:
+        user, (a, _), pid, rid = await _setup(store)
+        metrics = ServiceMetrics()
+        writer = Writer(store, metrics)
+        writer.start()
+        done: list[ProbeRecord | None] = []
+        writer.submit([
+            AddCei("r:0", pid, rid, 3, (NewEi(0, a, 3, 5),), sealed=True),
+            ProbeWrite(
+                probe=ProbeInput(feed_id=a, started_at=NOW, outcome="ok", chronon=4),
+                entries=(NewEntry("e1"),), captures=(Captured("r:0", 0, 4),),
+                resolved=(Resolved("r:0", "captured", 4),),
+                feed_update=FeedUpdate(probed_at=NOW, outcome="ok"), done=done.append),
+        ])
+        await writer.stop()
+        assert store.lost
+        # The round was found committed (its token): not written again, nothing refused.
+        assert metrics.registry.get_sample_value("proxy_writes_refused_total") == 0
+        assert len(await store.list_probes(a)) == 1
+        (cei,) = await store.list_ceis(user, pid)
+        assert cei.state == "captured" and cei.eis[0].captured_probe_id is not None
+        assert len(done) == 1 and done[0] is not None

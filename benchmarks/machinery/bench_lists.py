@@ -165,7 +165,7 @@ async def main(args: argparse.Namespace) -> str:
     lines += [
         "",
         "What it means: the store's query for a deep page, cut by its keyset on the index",
-        "`ix_ceis_profile_id_release_id` (migration 0008), costs what a first page does, where",
+        "`ix_ceis_profile_id_release_id` (migration 0006), costs what a first page does, where",
         "the `offset` the API took before walks every row in front of the page. Through the",
         "whole app the CEI pages include their `total` (an indexed count); a poller's",
         "`?after=` call with nothing new is one index probe. On a loaded machine the spread",

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import structlog
 from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -43,9 +44,11 @@ from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
 from proxy.api.schemas import ReadyOut
 from proxy.errors import AuthError
-from proxy.service import ProxyService
+from proxy.service import ProxyService, health
 from proxy.settings import Settings
 from proxy.web import install_web
+
+log = structlog.get_logger("proxy.api")
 
 
 def make_app(
@@ -98,10 +101,16 @@ def make_app(
     install_web(app, settings)  # the pages under /ui (issue 20)
     app.include_router(cluster_router)
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        """Alive: the process answers."""
-        return {"status": "ok"}
+    @app.get("/healthz", tags=["health"], responses={503: {"description": "The chronon loop is stuck."}})
+    async def healthz(service: Service) -> JSONResponse:
+        """Alive: the process answers and, if it runs the chronon loop, the loop ticked within
+        five chronons (at least 30 s); 503 otherwise, saying so. The container health check
+        (a restart when it fails); the database is not asked (an outage is no reason to
+        restart: /readyz says it)."""
+        problem = service.liveness()
+        if problem is not None:
+            return JSONResponse({"status": "stalled", "detail": problem}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz", tags=["health"], response_model=ReadyOut,
              responses={503: {"model": ReadyOut, "description": "Not ready: `detail` says why."}})
@@ -111,7 +120,8 @@ def make_app(
         st = await service.status()
         body = ReadyOut(status=st.status, role=st.role, epoch=st.epoch, ready=st.ready,
                         database=st.database, ticking=st.ticking, chronon=st.chronon,
-                        inflight=st.inflight, backlog=st.backlog, detail=st.detail)
+                        inflight=st.inflight, backlog=st.backlog, writing=st.writing,
+                        write_lag_seconds=st.write_lag, detail=st.detail)
         return JSONResponse(body.model_dump(), status_code=200 if st.ready else 503)
 
     token = settings.metrics_token.get_secret_value().encode() if settings.metrics_token else None

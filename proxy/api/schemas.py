@@ -408,6 +408,8 @@ class ReadyOut(BaseModel):
     chronon: int | None
     inflight: int
     backlog: int
+    writing: bool = True
+    write_lag_seconds: float = 0.0
     detail: str = ""
 
 

@@ -7,9 +7,14 @@ FastAPI, SQLAlchemy and the fetcher: the commands import them when they run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from proxy.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -61,8 +66,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {problem} (another proxy running? set PROXY_PORT or --port)", err=True)
             raise typer.Exit(code=1)
 
-        import uvicorn
-
         from proxy.api.roles import ROLES, make_role_app
         from proxy.service.logs import configure_logging
 
@@ -75,10 +78,39 @@ def register(app: typer.Typer) -> None:
         except SettingsError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(code=2) from None
-        # log_config=None: uvicorn's records go through configure_logging's renderer (JSON when asked).
-        uvicorn.run(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    access_log=False, lifespan="on", loop=loop, log_config=None,
-                    root_path=root_path.rstrip("/"))
+        _serve(app_, settings, loop, root_path.rstrip("/"))
+
+
+def _serve(app_: FastAPI, settings: Settings, loop: str, root_path: str = "") -> None:
+    """uvicorn, with the shutdown the proxy promises: the first SIGTERM (or SIGINT) drains
+    the writer's backlog within ``PROXY_DRAIN_SECONDS``; a second one of either exits at
+    once (uvicorn alone forces only on a second SIGINT)."""
+    import asyncio
+    import contextlib
+    import types
+
+    import uvicorn
+
+    service = getattr(app_.state, "service", None)  # a worker has no service: nothing to drain
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+            if self.should_exit and service is not None:  # the second signal: stop waiting
+                with contextlib.suppress(RuntimeError):  # no loop any more: nothing to cut short
+                    asyncio.get_running_loop().call_soon_threadsafe(service.stop_now)
+            if self.should_exit:
+                self.force_exit = True
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+        access_log=False, lifespan="on", loop=loop, root_path=root_path,
+        # None: uvicorn's records go through configure_logging's renderer (JSON when asked).
+        log_config=None,
+        # Open connections (event streams) must not hold the drain up for ever.
+        timeout_graceful_shutdown=max(1, round(settings.drain_seconds)),
+    )
+    Server(config).run()
 
 
 def register_demo(app: typer.Typer) -> None:

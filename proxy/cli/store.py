@@ -77,6 +77,47 @@ def current(database_url: DatabaseUrl = None) -> None:
     typer.echo(revision or "none")
 
 
+@db_app.command("check")
+def check(
+    database_url: DatabaseUrl = None,
+    grace: Annotated[int, typer.Option(
+        min=0, help="Chronons after a CEI's last window before pending counts as stuck.")] = 40,
+    limit: Annotated[int, typer.Option(min=1, help="Violations listed per invariant at most.")] = 50,
+) -> None:
+    """Audit the database's invariants (crash consistency); exit 1 naming each violation.
+
+    A captured CEI has every EI captured; a captured EI has its capture record and
+    probe; a missed CEI has an EI not captured; no chronon has more probes than
+    its budget; no CEI is pending after all its windows passed. Reads only.
+    """
+    from proxy.errors import ProxyError
+    from proxy.store import INVARIANTS, AuditReport, Store
+
+    url = _database_url(database_url)
+
+    async def run() -> AuditReport:
+        async with Store.from_url(url) as store:
+            return await store.audit(grace=grace, limit=limit)
+
+    try:
+        report = asyncio.run(run())
+    except ProxyError as exc:
+        _fail(str(exc))
+    typer.echo(f"checked {report.ceis} CEIs, {report.eis} EIs, {report.chronons} chronons "
+               f"(last {report.last_chronon})")
+    if not report.violations:
+        typer.echo(f"ok: all {len(INVARIANTS)} invariants hold")
+        return
+    for name, meaning in INVARIANTS.items():
+        found = [v for v in report.violations if v.invariant == name]
+        if found:
+            typer.echo(f"{name} ({meaning}): {len(found)} violation(s)", err=True)
+            for v in found:
+                typer.echo(f"  {v.detail}", err=True)
+    typer.echo(f"error: {len(report.violations)} invariant violation(s)", err=True)
+    raise typer.Exit(code=1)
+
+
 @users_app.command("create")
 def create_user(
     name: Annotated[str, typer.Argument(help="Unique user name.")],

@@ -839,6 +839,18 @@ class TriggerEvaluator:
     def restore_update_models(self, data: Mapping[str, Sequence[float]]) -> None:
         self.updates.restore(data)
 
+    def reserve_ids(self, rule_id: str, next_seq: int) -> None:
+        """Number ``rule_id``'s next CEI ``next_seq`` or later: after a restart the store's
+        high-water mark wins over a rule state saved before the last CEIs it opened, so an
+        id is never handed out twice. Never lowers the sequence; marks the rule dirty."""
+        state: _TriggerState | _WatchState | None = (
+            self._trigger_state.get(rule_id) or self._watch_state.get(rule_id))
+        if state is None:
+            self._retired_seq[rule_id] = max(self._retired_seq.get(rule_id, 0), next_seq)
+        elif state.seq < next_seq:
+            state.seq = next_seq
+            self._dirty.add(rule_id)
+
     def open_cei_ids(self) -> list[str]:
         """CEIs this evaluator may still grow or seal, sorted (the same before and after a restore)."""
         return sorted(self._open_index)

@@ -48,6 +48,9 @@ class FeedSlot:
         self.mean_rate = models.expected_updates(self.resource, at - WEEK, at) / WEEK
         shape, rate = models.posterior(self.resource)
         self.optimism = gamma_upper(shape, rate, OPTIMISM_Z) / (shape / rate)
+    seen: frozenset[str] | None = None
+    """Identities of the last document this process parsed (None: none yet): what is new
+    when the database cannot say (it is away; docs/operations.md)."""
 
     @classmethod
     def of(cls, feed: Feed) -> FeedSlot:

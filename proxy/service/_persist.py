@@ -5,7 +5,8 @@ synchronously on the event loop and describe the consequences as
 :data:`Step` values (a CEI opened, an EI revealed, a probe with its captures
 …). One :class:`Writer` task applies them to the store strictly in the order
 they were decided, so a capture never refers to an EI row not yet written, and
-the database always holds a prefix of the decisions (what a crash keeps).
+the database always holds a prefix of the decisions: whole rounds, one
+transaction each (what a crash keeps, docs/operations.md).
 
 It does not decide anything and does not touch the engine; a step whose CEI or
 profile vanished meanwhile (the profile was deleted) is skipped, not an error.
@@ -14,15 +15,19 @@ profile vanished meanwhile (the profile was deleted) is skipped, not an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-from collections.abc import Callable, Sequence
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from proxy.aio import cancel_and_wait
-from proxy.errors import ConflictError, NotFoundError, ProxyError, StorageError
+from proxy.errors import NotFoundError, ProxyError, StorageError
 from proxy.service.metrics import ServiceMetrics
 from proxy.store import (
     CaptureInput,
@@ -40,6 +45,9 @@ from proxy.store import (
 )
 
 log = structlog.get_logger("proxy.service")
+
+#: The ``service_state`` key of the token of the writer's last committed round.
+ROUND_KEY = "writer_round"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,27 +146,80 @@ class OpenCeis:
 Step = AddCei | AddEi | Seal | Captured | Resolved | ProbeWrite | RuleStates | ChrononRow
 
 
+@dataclass(slots=True)
+class _Batch:
+    """Steps submitted together, and when (monotonic seconds): the writer's lag is the oldest's age."""
+
+    steps: Sequence[Step]
+    at: float
+
+
+Unit = tuple[Step | OpenCeis | GrowCeis, ...]
+
+
+class _UnitFailed(Exception):
+    """A unit of a round failed: which one, and why (the round's transaction is rolled back)."""
+
+    def __init__(self, index: int, error: ProxyError) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
+
+@dataclass
+class _Round:
+    """What one round's writes change outside the database, applied only once it commits."""
+
+    ei_ids: dict[str, dict[int, int]] = field(default_factory=dict)
+    forget: list[str] = field(default_factory=list)
+    done: list[tuple[Callable[[ProbeRecord | None], None], ProbeRecord | None]] = field(
+        default_factory=list)
+
+
 @dataclass
 class Writer:
-    """Applies steps to the store in submission order (one task); counts database errors.
+    """Applies steps to the store in submission order (one task), ONE transaction per round.
 
-    A step that fails with :class:`StorageError` is retried ``retries`` times
-    with a short pause, then dropped with an error log line (the loop must go on
-    while the database is briefly away; ``proxy_db_errors`` tells).
+    A round is every batch queued meanwhile (at most ``max_round``), written by
+    :meth:`Store.unit`: a crash keeps a prefix of whole rounds, so a rule's state
+    is never ahead of the CEIs it opened, and a probe's capture never lands
+    without its probe. Batches leave the queue only once their round commits.
+
+    While the database is away (a :class:`StorageError` it calls unavailable, or
+    any error while it does not answer a ping) the round is retried, with a
+    back-off up to ``retry_max_seconds``, until it commits: never dropped.
+    Meanwhile :meth:`submit` keeps queueing; :attr:`full` says when more than
+    ``max_batches`` wait (the loop then starts no probes, docs/operations.md).
+
+    A unit the database refuses while it answers (a conflict, a value it cannot
+    store) is taken out of the round, counted in ``proxy_writes_refused`` and
+    logged; the rest of the round is written. A refused probe still releases
+    its feed (``done(None)``).
 
     ``guard``, when given, is asked before every round: while it says no (the
-    loop's lease was not renewed in time) the round is dropped, not written.
+    loop's lease was not renewed in time) the writer waits; the lease is renewed
+    (then it writes) or the process steps down and :meth:`abort` drops the queue.
+    Dropping one round and writing the next would leave the database holding
+    something other than a prefix of the decisions.
     ``fence``: the lease the writer's transactions are conditional on (a write
     after a takeover fails with :class:`~proxy.errors.FencedError`, counted in
     ``proxy_writes_refused``).
+    ``fault``, tests only, is called at named points of a round (it may kill
+    the process: the crash tests' fault injection).
     """
 
     store: Store
     metrics: ServiceMetrics
-    retries: int = 3
     max_round: int = 1000  # batches per round at most
-    stop_timeout: float = 30.0
+    max_round_steps: int = 2000  # and steps (a round grows past it by its last batch only)
+    max_batches: int = 20_000
+    retry_max_seconds: float = 1.0
     guard: Callable[[], bool] | None = None
+    fault: Callable[[str], None] | None = None
+    #: Held while a round's transaction is open; the service's profile and feed changes hold
+    #: it too, so their transactions and a round's never wait on each other's row locks (a
+    #: PostgreSQL deadlock, seen deleting a profile while its CEIs were being resolved).
+    lock: asyncio.Lock | None = None
     # (cei id) -> ordinal -> store EI id, for CEIs whose EIs may still be captured.
     ei_ids: dict[str, dict[int, int]] = field(default_factory=dict)
     #: Called after a round that wrote CEI resolutions (and so, maybe, outbox rows): wakes
@@ -167,241 +228,383 @@ class Writer:
     #: The loop's lease: every transaction of the writer's task checks it is still current
     #: (issue 21: a deposed leader's late writes are refused by the database itself).
     fence: Lease | None = None
-    _queue: asyncio.Queue[Sequence[Step]] = field(default_factory=asyncio.Queue)
-    _task: asyncio.Task[None] | None = None
     written: int = 0
+    #: Monotonic time the database first failed the current round (None: writing fine).
+    failing_since: float | None = None
+    _queue: deque[_Batch] = field(default_factory=deque)
+    _task: asyncio.Task[None] | None = None
+    _submitted: int = 0
+    _finished: int = 0
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _progress: asyncio.Event = field(default_factory=asyncio.Event)
+    _stop_now: asyncio.Event = field(default_factory=asyncio.Event)
+    # feed id -> identities of entries in queued probes (see :meth:`unwritten`)
+    _unwritten: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.metrics.write_backlog.set_function(lambda: len(self._queue))
+        self.metrics.write_lag.set_function(self.lag)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="proxy-writer")
 
     def submit(self, steps: Sequence[Step]) -> None:
-        if steps:
-            self._queue.put_nowait(steps)
+        if not steps:
+            return
+        self._queue.append(_Batch(steps, time.monotonic()))
+        self._submitted += 1
+        for step in steps:
+            if isinstance(step, ProbeWrite) and step.entries:
+                known = self._unwritten.setdefault(step.probe.feed_id, {})
+                for entry in step.entries:
+                    known[entry.identity] = known.get(entry.identity, 0) + 1
+        self._wake.set()
 
     @property
     def backlog(self) -> int:
-        return self._queue.qsize()
+        """Batches submitted and not yet written."""
+        return len(self._queue)
+
+    @property
+    def full(self) -> bool:
+        """More than ``max_batches`` wait: the loop should start no new probes."""
+        return len(self._queue) >= self.max_batches
+
+    def lag(self) -> float:
+        """Seconds the oldest unwritten batch has waited (0 when none)."""
+        return time.monotonic() - self._queue[0].at if self._queue else 0.0
+
+    def unwritten(self, feed_id: int) -> set[str]:
+        """Identities of ``feed_id``'s entries in probes not yet written: new to the database,
+        yet not new any more (a second probe of the feed must not find them again)."""
+        return set(self._unwritten.get(feed_id, ()))
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is written."""
-        await self._queue.join()
+        target = self._submitted
+        while self._finished < target:
+            self._progress.clear()
+            await self._progress.wait()
 
-    async def stop(self) -> None:
-        """Write what is queued (for at most ``stop_timeout`` seconds), then end the task.
-
-        What is still queued after that is lost, as in a crash: a restart decides it again.
-        """
+    async def stop(self, deadline: float = 30.0) -> bool:
+        """Write what is queued (for at most ``deadline`` seconds, or until :meth:`stop_now`),
+        then end the task; ``True`` if nothing was left. What is still queued after that
+        is lost, as in a crash: a restart decides it again."""
         if self._task is None:
-            return
+            return not self._queue
+        flushing = asyncio.ensure_future(self.flush())
+        now = asyncio.ensure_future(self._stop_now.wait())
         try:
-            await asyncio.wait_for(self.flush(), self.stop_timeout)
-        except TimeoutError:
-            log.error("writer_stopped_with_backlog", batches=self.backlog)
+            await asyncio.wait({flushing, now}, timeout=deadline,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (flushing, now):
+                fut.cancel()
+            await asyncio.gather(flushing, now, return_exceptions=True)
+        left = len(self._queue)
+        if left:
+            log.error("writer_stopped_with_backlog", batches=left,
+                      oldest_seconds=round(self.lag(), 3))
         await cancel_and_wait(self._task)
         self._task = None
+        return not left
+
+    def stop_now(self) -> None:
+        """End a :meth:`stop` at once (a second SIGTERM): what is queued is lost."""
+        self._stop_now.set()
 
     async def abort(self) -> None:
         """Stop at once and drop what is queued: this process lost the loop's lease, and a
         stale leader's decisions must not reach the database (the new leader decides again)."""
-        dropped = 0
-        while not self._queue.empty():
-            self._queue.get_nowait()
-            self._queue.task_done()
-            dropped += 1
+        dropped = len(self._queue)
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        self._forget(dropped)
         if dropped:
             log.warning("writer_aborted", batches=dropped)
+
+    def _forget(self, n: int) -> list[_Batch]:
+        """Take the ``n`` oldest batches off the queue (written, or dropped)."""
+        batches = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
+        for batch in batches:
+            for step in batch.steps:
+                if isinstance(step, ProbeWrite) and step.entries:
+                    known = self._unwritten.get(step.probe.feed_id)
+                    if known is None:
+                        continue
+                    for entry in step.entries:
+                        left = known.get(entry.identity, 0) - 1
+                        if left > 0:
+                            known[entry.identity] = left
+                        else:
+                            known.pop(entry.identity, None)
+                    if not known:
+                        del self._unwritten[step.probe.feed_id]
+        self._finished += len(batches)
+        self._progress.set()
+        return batches
 
     async def _run(self) -> None:
         fence = self.fence
         if fence is not None and fence.holder is not None:
             fence_writes(fence.name, fence.holder, fence.epoch)
         while True:
-            batches = [await self._queue.get()]
-            # Everything queued meanwhile joins this round: consecutive CEI openings share a
-            # transaction, and rule states are written once per round (the latest wins).
-            while len(batches) < self.max_round and not self._queue.empty():
-                batches.append(self._queue.get_nowait())
-            steps = [step for batch in batches for step in batch]
+            while not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            # A round is one transaction: bounded in batches and in steps, so it never holds
+            # SQLite's write lock long enough to time the API's own writes out.
+            steps: list[Step] = []
+            n = 0
+            while n < min(len(self._queue), self.max_round) and len(steps) < self.max_round_steps:
+                steps.extend(self._queue[n].steps)
+                n += 1
+            if self.guard is not None and not self.guard():
+                # Not a drop: the database must keep holding a prefix of the decisions. Either
+                # the lease is renewed (then write) or this process steps down (abort()).
+                log.warning("writes_wait_for_lease", batches=len(self._queue))
+                while not self.guard():  # noqa: ASYNC110 -- a clock check: nothing to await
+                    await asyncio.sleep(0.05)
             try:
-                if self.guard is not None and not self.guard():
-                    log.error("writes_dropped_without_lease", batches=len(batches))
-                else:
-                    await self._round(steps)
-            except Exception:  # the writer must outlive any bug: log it and go on
-                log.exception("writer_round_failed")
-            finally:
-                if self.on_resolved is not None and any(_resolves(s) for s in steps):
-                    self.on_resolved()
-                for _ in batches:
-                    self._queue.task_done()
+                await self._commit(steps)
+            except Exception:  # a bug must not stop the writer: log it, count it, go on
+                self.metrics.writes_refused.inc()
+                log.exception("writer_round_failed", batches=n)
+                for step in steps:
+                    if isinstance(step, ProbeWrite) and step.done is not None:
+                        step.done(None)
+            self._forget(n)
+            if self.on_resolved is not None and any(_resolves(s) for s in steps):
+                self.on_resolved()
 
-    async def _round(self, steps: list[Step]) -> None:
-        """Write one round. CEI openings first (one transaction), then EI additions and seals
-        (one transaction): they depend only on their CEI's row, and everything else may
-        depend on them (captures name EI rows). Then the rest in order, consecutive probes
-        sharing a transaction, and the rule states last (the latest snapshot wins)."""
+    # ------------------------------------------------------------------ one round
+
+    def _units(self, steps: list[Step]) -> list[Unit]:
+        """The round's writes in order. CEI openings first (they depend on nothing written in
+        the round), then EI additions and seals (they depend only on their CEI's row), then
+        the rest in order (captures name EI rows), consecutive probes together, and the rule
+        states last (the latest snapshot of each rule wins)."""
+        units: list[Unit] = []
         opened = tuple(s for s in steps if isinstance(s, AddCei))
         if opened:
-            await self._retrying(OpenCeis(opened))
+            units.append((OpenCeis(opened),))
         grown = tuple(s for s in steps if isinstance(s, AddEi | Seal))
         if grown:
-            await self._retrying(GrowCeis(grown))
-        steps = [s for s in steps if not isinstance(s, AddCei | AddEi | Seal)]
+            units.append((GrowCeis(grown),))
         states: dict[int, Any] = {}
-        i = 0
-        while i < len(steps):
-            step = steps[i]
-            if isinstance(step, ProbeWrite):
-                j = i
-                while j < len(steps) and isinstance(steps[j], ProbeWrite | RuleStates):
-                    j += 1
-                group = [s for s in steps[i:j] if isinstance(s, ProbeWrite)]
-                for s in steps[i:j]:
-                    if isinstance(s, RuleStates):
-                        states.update(s.states)
-                await self._probes(group)
-                i = j
+        run: list[Step] = []  # consecutive steps of one kind, written together
+        for step in steps:
+            if isinstance(step, AddCei | AddEi | Seal):
                 continue
             if isinstance(step, RuleStates):
                 states.update(step.states)
+                continue
+            if run and type(run[0]) is not type(step):
+                units.append(tuple(run))
+                run = []
+            if isinstance(step, ProbeWrite | Resolved | Captured):
+                # One statement per kind of row for the whole run: with 1,500 rules firing
+                # every 5 s, one round trip per resolution was what the writer waited on.
+                run.append(step)
             else:
-                await self._retrying(step)
-            i += 1
+                units.append((step,))
+        if run:
+            units.append(tuple(run))
         if states:
-            await self._retrying(RuleStates(tuple(states.items())))
+            units.append((RuleStates(tuple(states.items())),))
+        return units
 
-    async def _retrying(self, step: Step | OpenCeis | GrowCeis) -> None:
-        for attempt in range(self.retries + 1):
-            try:
-                await self._write(step)
-                self.written += 1
-                return  # a ProbeWrite's done() ran inside _probe
-            except NotFoundError as exc:
-                # The profile (and with it the CEI) was deleted while this step waited.
-                log.debug("persist_skipped", step=type(step).__name__, reason=str(exc))
-                break
-            except StorageError as exc:
-                self.metrics.db_errors.inc()
-                if attempt == self.retries:
-                    log.error("persist_failed", step=type(step).__name__, error=str(exc))
+    async def _commit(self, steps: list[Step]) -> None:
+        units = self._units(steps)
+        refused: list[Unit] = []
+        attempt = 0
+        # A commit whose answer was lost with the connection may have committed: each attempt
+        # stores a token in its transaction, and before writing the round again the writer
+        # looks for it (writing it twice would refuse every CEI: "already exists").
+        uncertain: tuple[str, _Round] | None = None
+        while True:
+            if uncertain is not None:
+                token, attempted = uncertain
+                try:
+                    committed = await self.store.get_state(ROUND_KEY) == token
+                except StorageError as away:
+                    attempt = await self._outage(away, attempt)
+                    continue
+                uncertain = None
+                if committed:
+                    rnd = attempted
                     break
-                await asyncio.sleep(0.05 * 2**attempt)
-            except ProxyError as exc:
-                # A conflict (e.g. a CEI id written before a crash lost its rule's state): the
-                # decision stands in memory; the database keeps what it has.
-                self.metrics.writes_refused.inc()
-                log.error("persist_refused", step=type(step).__name__, error=str(exc))
-                break
-        if isinstance(step, ProbeWrite) and step.done is not None:
-            step.done(None)
-
-    async def _write(self, step: Step | OpenCeis | GrowCeis) -> None:
-        store = self.store
-        if isinstance(step, ProbeWrite):
-            await self._probe(step)
-        elif isinstance(step, GrowCeis):
-            await self._grow(step)
-        elif isinstance(step, OpenCeis):
+            rnd = _Round()
+            token = uuid.uuid4().hex
             try:
-                ids = await store.add_ceis([
-                    (c.cei_id, c.profile_id, c.rule_id, c.release, c.sealed, c.eis) for c in step.ceis],
-                    fired=[c.cei_id for c in step.ceis if c.fired])
-            except ConflictError:
-                # One refused CEI (its id written before a crash) must not lose the others.
-                for c in step.ceis:
-                    await self._retrying(c)
-                return
-            self.ei_ids.update(ids)
+                async with self._locked(), self.store.unit():
+                    for k, unit in enumerate(units):
+                        try:
+                            await self._write_unit(unit, rnd)
+                        except ProxyError as error:
+                            raise _UnitFailed(k, error) from error
+                        self._fault("writer.between_units")
+                    await self.store.set_state(ROUND_KEY, token)
+                    self._fault("writer.before_commit")
+            except _UnitFailed as failed:
+                exc = failed.error
+                if isinstance(exc, StorageError) and (exc.unavailable or not await self._reachable()):
+                    attempt = await self._outage(exc, attempt)
+                    continue
+                unit = units.pop(failed.index)
+                expanded = _expand(unit)
+                if len(expanded) > 1:  # a group: find the refused step(s) one by one
+                    units[failed.index:failed.index] = [(s,) for s in expanded]
+                    continue
+                refused.append(unit)
+                if isinstance(exc, NotFoundError):
+                    # The profile (and with it the CEI) was deleted while this step waited.
+                    log.debug("persist_skipped", step=_name(unit), reason=str(exc))
+                else:
+                    self.metrics.writes_refused.inc()
+                    log.error("persist_refused", step=_name(unit), error=str(exc))
+                continue
+            except StorageError as lost:  # the commit itself (or BEGIN, or the token) failed
+                uncertain = (token, rnd)
+                attempt = await self._outage(lost, attempt)
+                continue
+            break
+        self._fault("writer.after_commit")
+        if self.failing_since is not None:
+            log.warning("database_back", seconds=round(time.monotonic() - self.failing_since, 3),
+                        attempts=attempt, backlog=len(self._queue))
+            self.failing_since = None
+        self.written += sum(len(unit) for unit in units)
+        for cei_id, by_ordinal in rnd.ei_ids.items():
+            self.ei_ids.setdefault(cei_id, {}).update(by_ordinal)
+        for cei_id in rnd.forget:
+            self.ei_ids.pop(cei_id, None)
+        for callback, record in rnd.done:
+            callback(record)
+        for unit in refused:
+            for step in _expand(unit):
+                if isinstance(step, ProbeWrite) and step.done is not None:
+                    step.done(None)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        if self.lock is None:
+            yield
+            return
+        async with self.lock:
+            yield
+
+    async def _reachable(self) -> bool:
+        try:
+            await self.store.ping()
+        except StorageError:
+            return False
+        return True
+
+    async def _outage(self, exc: StorageError, attempt: int) -> int:
+        """The database is away: count, log the first failure, back off; the round is retried."""
+        self.metrics.db_errors.inc()
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            log.error("database_unavailable", error=str(exc), backlog=len(self._queue))
+        await asyncio.sleep(min(self.retry_max_seconds, 0.05 * 2 ** min(attempt, 10)))
+        return attempt + 1
+
+    def _fault(self, point: str) -> None:
+        if self.fault is not None:
+            self.fault(point)
+
+    def _ei_id(self, rnd: _Round, cei_id: str, ordinal: int) -> int | None:
+        found = rnd.ei_ids.get(cei_id, {}).get(ordinal)
+        return found if found is not None else self.ei_ids.get(cei_id, {}).get(ordinal)
+
+    async def _write_unit(self, unit: Unit, rnd: _Round) -> None:
+        if isinstance(unit[0], ProbeWrite):
+            group = [s for s in unit if isinstance(s, ProbeWrite)]
+            records = await self.store.record_probes([self._probe_args(s, rnd) for s in group])
+            for probe, record in zip(group, records, strict=True):
+                rnd.forget.extend(r.cei_id for r in probe.resolved)
+                if probe.done is not None:
+                    rnd.done.append((probe.done, record))
+            return
+        store = self.store
+        if isinstance(unit[0], Resolved):
+            resolved = [s for s in unit if isinstance(s, Resolved)]
+            await store.resolve_ceis([CeiStateChange(s.cei_id, s.state, s.chronon) for s in resolved])
+            rnd.forget.extend(s.cei_id for s in resolved)
+            return
+        if isinstance(unit[0], Captured) and len(unit) > 1:
+            for step in unit:
+                await self._write_unit((step,), rnd)
+            return
+        (step,) = unit
+        if isinstance(step, GrowCeis):
+            eis = [(s.cei_id, s.ei) for s in step.steps if isinstance(s, AddEi)]
+            seal = [s.cei_id for s in step.steps if isinstance(s, Seal)]
+            seal += [s.cei_id for s in step.steps if isinstance(s, AddEi) and s.seal]
+            for cei_id, by_ordinal in (await store.add_eis(eis, seal)).items():
+                rnd.ei_ids.setdefault(cei_id, {}).update(by_ordinal)
+        elif isinstance(step, OpenCeis):
+            rnd.ei_ids.update(await store.add_ceis([
+                (c.cei_id, c.profile_id, c.rule_id, c.release, c.sealed, c.eis) for c in step.ceis],
+                fired=[c.cei_id for c in step.ceis if c.fired]))
         elif isinstance(step, AddCei):
             cei = await store.add_cei(
                 step.cei_id, step.profile_id, step.release, step.eis,
                 rule_id=step.rule_id, sealed=step.sealed, fired=step.fired,
             )
-            self.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
+            rnd.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
         elif isinstance(step, AddEi):
             ei = await store.add_ei(step.cei_id, step.ei)
-            self.ei_ids.setdefault(step.cei_id, {})[ei.ordinal] = ei.id
+            rnd.ei_ids.setdefault(step.cei_id, {})[ei.ordinal] = ei.id
             if step.seal:
                 await store.seal_cei(step.cei_id)
         elif isinstance(step, Seal):
             await store.seal_cei(step.cei_id)
         elif isinstance(step, Captured):
-            ei_id = self.ei_ids.get(step.cei_id, {}).get(step.ordinal)
+            # Captured outside a probe's own write: an EI revealed after a successful probe of
+            # its feed within its window (the engine's history). That probe is in the database
+            # by now (it was decided, so submitted, before): the capture names it.
+            ei_id = self._ei_id(rnd, step.cei_id, step.ordinal)
             if ei_id is not None:
-                await store.set_ei_captured(ei_id, step.chronon)
-        elif isinstance(step, Resolved):
-            await store.set_cei_state(step.cei_id, step.state, step.chronon)
-            self.ei_ids.pop(step.cei_id, None)
+                await store.capture_by_probe_of(ei_id, step.chronon)
         elif isinstance(step, RuleStates):
             await store.save_rule_states(step.states)
-        else:
+        elif isinstance(step, ChrononRow):
             await store.record_chronon_metrics(
                 step.chronon, started_at=step.started_at, budget=step.budget,
                 used=min(step.used, step.budget), captured_ceis=step.captured,
                 missed_ceis=step.missed, tick_jitter_seconds=step.jitter,
             )
+        else:  # a lone ProbeWrite is a group of one, handled above
+            raise TypeError(f"not a step: {step!r}")
 
-    async def _grow(self, step: GrowCeis) -> None:
-        eis = [(s.cei_id, s.ei) for s in step.steps if isinstance(s, AddEi)]
-        seal = [s.cei_id for s in step.steps if isinstance(s, Seal)]
-        seal += [s.cei_id for s in step.steps if isinstance(s, AddEi) and s.seal]
-        try:
-            ids = await self.store.add_eis(eis, seal)
-        except ConflictError:
-            # One refused EI must not lose the others: one by one.
-            for s in step.steps:
-                await self._retrying(s)
-            return
-        for cei_id, by_ordinal in ids.items():
-            self.ei_ids.setdefault(cei_id, {}).update(by_ordinal)
-
-    async def _probes(self, group: list[ProbeWrite]) -> None:
-        """Consecutive probes in one transaction; if any is refused, each on its own."""
-        if len(group) == 1:
-            await self._retrying(group[0])
-            return
-        for attempt in range(self.retries + 1):
-            try:
-                args = [self._probe_args(step) for step in group]
-                records = await self.store.record_probes(args)
-            except StorageError as exc:
-                self.metrics.db_errors.inc()
-                if attempt < self.retries:
-                    await asyncio.sleep(0.05 * 2**attempt)
-                    continue
-                log.error("persist_failed", step="ProbeWrite", probes=len(group), error=str(exc))
-            except ProxyError:
-                pass  # e.g. a feed deleted meanwhile: store the others one by one
-            else:
-                self.written += len(group)
-                for step, record in zip(group, records, strict=True):
-                    self._after_probe(step, record)
-                return
-            break
-        for step in group:
-            await self._retrying(step)
-
-    def _probe_args(self, step: ProbeWrite) -> ProbeItem:
+    def _probe_args(self, step: ProbeWrite, rnd: _Round) -> ProbeItem:
         captures = []
         for c in step.captures:
-            ei_id = self.ei_ids.get(c.cei_id, {}).get(c.ordinal)
+            ei_id = self._ei_id(rnd, c.cei_id, c.ordinal)
             if ei_id is not None:
                 captures.append(CaptureInput(ei_id, c.chronon))
         changes = [CeiStateChange(r.cei_id, r.state, r.chronon) for r in step.resolved]
         return step.probe, step.entries, captures, changes, step.feed_update
 
-    def _after_probe(self, step: ProbeWrite, record: ProbeRecord) -> None:
-        for r in step.resolved:
-            self.ei_ids.pop(r.cei_id, None)
-        if step.done is not None:
-            step.done(record)
 
-    async def _probe(self, step: ProbeWrite) -> None:
-        record = await self.store.record_probe(*self._probe_args(step))
-        self._after_probe(step, record)
+def _expand(unit: Unit) -> list[Step]:
+    """A unit's steps, groups opened up (to find which one the database refuses)."""
+    out: list[Step] = []
+    for step in unit:
+        if isinstance(step, OpenCeis):
+            out.extend(step.ceis)
+        elif isinstance(step, GrowCeis):
+            out.extend(step.steps)
+        else:
+            out.append(step)
+    return out
+
+
+def _name(unit: Unit) -> str:
+    return type(unit[0]).__name__
 
 
 def _resolves(step: Step) -> bool:

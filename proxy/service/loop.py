@@ -66,7 +66,7 @@ from proxy.service._persist import ChrononRow, ProbeWrite, Resolved, Step, Write
 from proxy.service.clock import ChrononClock
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.runtime import Runtime
-from proxy.store import FeedUpdate, NewEntry, ProbeInput, ProbeRecord, Store
+from proxy.store import FeedUpdate, NewEntry, ProbeInput, Store
 
 log = structlog.get_logger("proxy.service")
 
@@ -144,6 +144,12 @@ class ChrononLoop:
         steps += rt.rule_states()
         exclude = rt.feeds.blocked(rt.engine.resources, now) | self._busy
         budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
+        if budget and self.writer.full:
+            # The database has been away so long that the write buffer is full: no new probe
+            # (its results would have nowhere to go); deciding goes on (docs/operations.md).
+            budget = 0
+            self.metrics.write_buffer_full.inc()
+            log.warning("probes_paused_write_buffer_full", chronon=t, backlog=self.writer.backlog)
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
         spare = budget - len(chosen)
         background = self._background(spare, t, exclude | set(chosen))
@@ -248,15 +254,24 @@ class ChrononLoop:
         try:
             result = await self.fetcher.probe(slot.state(), self._known, now=started_at)
             if isinstance(result, Ok) and result.entries:
+                # Entries of this feed's probes still waiting for the writer are not new, though
+                # the database does not have them yet; read before the database, so an entry
+                # written meanwhile is in one of the two.
+                known = self.writer.unwritten(slot.id)
                 try:
-                    known = await self.store.known_identities(
+                    known |= await self.store.known_identities(
                         slot.id, [e.identity for e in result.entries])
-                    new = tuple(e for e in result.entries if e.identity not in known)
                 except StorageError as exc:
-                    # Without knowing what is new, the probe decides nothing: count it failed.
                     self.metrics.db_errors.inc()
-                    log.error("known_entries_failed", feed=slot.id, error=str(exc))
-                    known_failed = True
+                    if slot.seen is None:
+                        # Without knowing what is new, the probe decides nothing: count it failed.
+                        log.error("known_entries_failed", feed=slot.id, error=str(exc))
+                        known_failed = True
+                    else:
+                        # The database is away: what the last document held is not new (an
+                        # old entry that left the document and came back would be taken for new).
+                        known |= slot.seen
+                new = tuple(e for e in result.entries if e.identity not in known)
         finally:
             self.metrics.inflight.dec()
         try:
@@ -292,13 +307,17 @@ class ChrononLoop:
         finished = self.clock.now()
         status, error = _status_and_error(result)
         gone = isinstance(result, Gone)
-        _update_slot(slot, result)
+        # A document whose new entries could not be told keeps the old validators: the next
+        # probe must fetch it again, not get a 304 for entries never looked at.
+        _update_slot(slot, result, validators=not known_failed)
+        if isinstance(result, Ok) and not known_failed:
+            slot.seen = frozenset(e.identity for e in result.entries)
         rt.feeds.note(slot)
         update = FeedUpdate(
             probed_at=finished,
             outcome=result.outcome,
             error=result.is_error,
-            update_validators=isinstance(result, Ok),
+            update_validators=isinstance(result, Ok) and not known_failed,
             etag=result.state.etag,
             last_modified=result.state.last_modified,
             next_allowed_at=result.not_before,
@@ -306,9 +325,9 @@ class ChrononLoop:
             disabled_reason="410 Gone (RFC 9110 §15.5.11)" if gone else None,
         )
 
-        def done(_record: ProbeRecord | None, r: int = r) -> None:
-            self._busy.discard(r)
-
+        # The feed may be probed again before this probe is written: the writer keeps its
+        # entries' identities until then (Writer.unwritten), so nothing is found new twice.
+        self._busy.discard(r)
         steps.append(ProbeWrite(
             probe=ProbeInput(
                 feed_id=slot.id, started_at=started_at, outcome=result.outcome,
@@ -321,7 +340,6 @@ class ChrononLoop:
             captures=captures,
             resolved=resolved,
             feed_update=update,
-            done=done,
         ))
         steps += follow
         steps += rt.rule_states()
@@ -335,11 +353,12 @@ class ChrononLoop:
         )
 
 
-def _update_slot(slot: FeedSlot, result: ProbeResult) -> None:
+def _update_slot(slot: FeedSlot, result: ProbeResult, *, validators: bool = True) -> None:
     """What the next probe of the feed needs from this one."""
     slot.url = result.state.url
-    slot.etag = result.state.etag
-    slot.last_modified = result.state.last_modified
+    if validators:
+        slot.etag = result.state.etag
+        slot.last_modified = result.state.last_modified
     slot.consecutive_errors = result.consecutive_errors
     slot.not_before = result.not_before
     if isinstance(result, Gone):

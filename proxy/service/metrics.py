@@ -94,6 +94,17 @@ class ServiceMetrics:
             "proxy_writes_refused",
             "Decisions the database refused to record (a conflict with what it holds, e.g. a CEI "
             "id that already exists): each is a bug or a second writer, never expected.", registry=r)
+        self.write_backlog = Gauge(
+            "proxy_write_backlog", "Batches of decisions decided but not yet in the database.",
+            registry=r)
+        self.write_lag = Gauge(
+            "proxy_write_lag_seconds",
+            "Age of the oldest batch not yet in the database (0 when none): /readyz answers 503 "
+            "past PROXY_WRITE_LAG_READY_SECONDS.", registry=r)
+        self.write_buffer_full = Counter(
+            "proxy_write_buffer_full_chronons",
+            "Chronons that started no probe because PROXY_WRITE_BUFFER_BATCHES batches were "
+            "waiting for the database.", registry=r)
         self.chronon = Gauge("proxy_chronon", "The current chronon number.", registry=r)
         self.leader = Gauge(
             "proxy_leader", "1 while this process holds the chronon loop's lease, 0 as a standby.",

@@ -13,7 +13,7 @@ What it does not do: I/O of any kind (the loop fetches, the writer stores).
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -225,7 +225,8 @@ class Runtime:
 
     # ------------------------------------------------------------------ restart
 
-    def restore(self, profiles: Sequence[Profile], pending: Sequence[Cei], now: int) -> list[Step]:
+    def restore(self, profiles: Sequence[Profile], pending: Sequence[Cei], now: int,
+                high_water: Mapping[int, int] | None = None) -> list[Step]:
         """Rebuild after a restart: profiles → evaluator (with rule states), pending CEIs → engine.
 
         The engine learns the successful probes that captured EIs of pending CEIs
@@ -242,6 +243,10 @@ class Runtime:
                 self.install(profile, restore_states=True)
             except (ValidationError, ValueError) as exc:
                 log.error("profile_not_restored", profile=profile.id, reason=str(exc))
+        # CEI ids continue after the highest the store holds (by store rule id), whatever
+        # the saved rule states say: an id handed out twice would lose a firing.
+        for rule_id, next_seq in (high_water or {}).items():
+            self.evaluator.reserve_ids(rule_key(rule_id), next_seq)
         # What was just restored is what the store holds: nothing to write back.
         self.evaluator.take_dirty()
         history: dict[int, set[int]] = {}
@@ -268,5 +273,8 @@ class Runtime:
                 engine.add_cei(cei.id, str(cei.profile_id), eis, sealed=cei.sealed)
             except (KeyError, ValueError) as exc:
                 log.error("cei_not_restored", cei=cei.id, reason=repr(exc))
-        return self.drain_all()
+        # The CEIs missed while the service was down change their rules' states (the evaluator
+        # forgets them): those states go in the same batch as the resolutions, so no crash can
+        # store one without the other (a stale open CEI would be sealed later in vain).
+        return self.drain_all() + self.rule_states()
 

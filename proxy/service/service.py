@@ -49,6 +49,7 @@ from proxy.errors import (
     StandbyError,
     StorageError,
 )
+from proxy.faults import fault_hook
 from proxy.feeds import (
     FeedUrlRefusedError,
     Fetcher,
@@ -65,6 +66,7 @@ from proxy.notify.targets import check_targets
 from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
 from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
+from proxy.service import health
 from proxy.service._feeds import FeedTable
 from proxy.service._persist import Writer
 from proxy.service._ratelimit import TokenBuckets
@@ -99,6 +101,7 @@ UPDATE_MODELS_KEY = "update_models"
 SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
 
 ORIGIN_KEY = "chronon_origin"
+READY_PING_SECONDS = 2.0  # /readyz: a database slower than this to answer SELECT 1 is down
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +117,15 @@ class ServiceStatus:
     detail: str = ""
     role: Literal["leader", "standby", "api"] = "leader"
     epoch: int | None = None
+    writing: bool = True
+    """The writer keeps up: its oldest unwritten batch is younger than the bound."""
+    write_lag: float = 0.0
 
     @property
     def ready(self) -> bool:
         if self.role == "api":  # an API replica (issue 21) never runs the loop
             return self.database
-        return self.database and self.ticking and self.role == "leader"
+        return self.database and self.ticking and self.writing and self.role == "leader"
 
     @property
     def status(self) -> Literal["ready", "standby", "unavailable"]:
@@ -196,6 +202,7 @@ class ProxyService:
         self._scheduler: Any = None
         self._runtime: Runtime | None = None
         self._writer: Writer | None = None
+        self._stopping_now = False
         self._loop: ChrononLoop | None = None
         self._clock: ChrononClock | None = None
         #: The chronon the loop starts at (after the last one ticked before a restart).
@@ -381,7 +388,9 @@ class ProxyService:
         runtime = Runtime(clock)
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
-                        on_resolved=self._resolved, fence=lease)
+                        on_resolved=self._resolved, fence=lease, max_batches=s.write_buffer_batches,
+                        lock=self._lock,
+                        fault=fault_hook(s.test_faults))
         collected = await store.collect_unregistered_feeds()
         if collected:
             # Feeds nobody registered (e.g. unused ones before migration 0002) have no owner.
@@ -402,7 +411,8 @@ class ProxyService:
         last = await store.last_chronon()
         now = clock.current() if last is None else max(clock.current(), last + 1)
         self.first_chronon = now
-        steps = runtime.restore(await store.all_profiles(), pending, now)
+        steps = runtime.restore(await store.all_profiles(), pending, now,
+                                await store.cei_id_high_water())
         totals = await store.metric_totals()
         # Issue 23: the totals users read as totals start from the database's, not from zero.
         self.metrics.restore_totals(totals.probes, totals.budget_used, totals.budget_offered, totals.ceis)
@@ -469,11 +479,20 @@ class ProxyService:
         if self._loop is not None:
             await self._loop.stop()
         if self._writer is not None:
-            await self._writer.stop()
+            # Drain: everything decided so far goes to the database, within the deadline
+            # (a second signal, stop_now(), ends it at once). What is left is lost as in a
+            # crash, and decided again by the next start.
+            backlog = self._writer.backlog
+            if backlog:
+                log.info("draining_writes", batches=backlog,
+                         deadline_seconds=self.settings.drain_seconds)
+            drained = await self._writer.stop(self.settings.drain_seconds)
+            if drained and backlog:
+                log.info("writes_drained", batches=backlog)
         if self._dispatcher is not None:
             await self._dispatcher.stop()
             self._dispatcher = None
-        if self._runtime is not None and self._store is not None:
+        if self._runtime is not None and self._store is not None and not self._stopping_now:
             with contextlib.suppress(StorageError):  # logged inside; never block a shutdown
                 await self.save_update_models()
         if self._leader is not None:
@@ -487,6 +506,13 @@ class ProxyService:
             await self._store.close()
             self._store = None
         log.info("service_stopped")
+
+    def stop_now(self) -> None:
+        """Cut a running :meth:`stop` short (a second SIGTERM): stop waiting for the writer's
+        backlog and skip what may wait on the database; the lease is still given up."""
+        self._stopping_now = True
+        if self._writer is not None:
+            self._writer.stop_now()
 
     async def _load_clock(self, store: Store) -> ChrononClock:
         """The chronon origin persisted on first start, so numbering continues after a restart."""
@@ -663,7 +689,8 @@ class ProxyService:
                 await self._forward(Change("feed_deleted", feed_id))
             return
         self._require_leader()
-        gone = await self.store.delete_registration(user_id, feed_id)
+        async with self._lock:  # not while a write round runs: their row locks would deadlock
+            gone = await self.store.delete_registration(user_id, feed_id)
         if gone:
             self.runtime.feeds.remove(feed_id)
             self._ping_buckets.forget(feed_id)
@@ -955,39 +982,69 @@ class ProxyService:
         return self._runtime
 
     async def status(self) -> ServiceStatus:
-        """Database reachable and the loop ticking (a tick within the last three chronons);
-        ``role`` says whether this process leads or stands by."""
-        detail = ""
+        """Database reachable, the loop ticking (a tick within the last three chronons) and
+        the writer keeping up (its oldest batch younger than ``PROXY_WRITE_LAG_READY_SECONDS``);
+        ``role`` says whether this process leads or stands by. ``detail`` names each thing
+        unavailable (:mod:`proxy.service.health`); a driver's error goes to the log only."""
+        problems: list[str] = []
         try:
-            await self.store.ping()
+            # Bounded: a database that does not answer must not hang the health check.
+            await asyncio.wait_for(self.store.ping(), READY_PING_SECONDS)
             database = True
-        except StorageError as exc:
+        except (StorageError, TimeoutError) as exc:
             self.metrics.db_errors.inc()
-            database, detail = False, str(exc)
+            log.warning("readiness_database_down", error=str(exc) or type(exc).__name__)
+            database = False
+            problems.append(health.database_down())
         loop = self._loop
         last = loop.last_tick if loop is not None else None
-        ticking = (
+        since = None if last is None else time.monotonic() - last
+        ticking = bool(
             self._run_loop
-            and last is not None
-            and time.monotonic() - last < max(3 * self.settings.chronon_seconds, 1.0)
+            and since is not None
+            and since < max(3 * self.settings.chronon_seconds, 1.0)
         )
+        writer = self._writer
+        lag = writer.lag() if writer is not None else 0.0
+        writing = lag <= self.settings.write_lag_ready_seconds
         leader = self._leader
         role: Literal["leader", "standby", "api"] = "leader" if self.leading else "standby"
         if not self._campaign:
-            role = "api"
-        elif role == "standby" and not detail:
-            detail = f"standby: {_describe_lease(leader.seen if leader is not None else None)}"
+            role = "api"  # an API replica (issue 21): never runs the loop nor writes its decisions
+        if role == "leader":
+            if self._run_loop and not ticking:
+                problems.append(health.loop_stalled(since))
+            if not writing:
+                problems.append(health.writes_lagging(
+                    lag, self.settings.write_lag_ready_seconds, writer.backlog if writer else 0))
+        if role == "standby" and not problems:
+            problems.append(
+                f"standby: {_describe_lease(leader.seen if leader is not None else None)}")
         lease = leader.lease if leader is not None else None
         return ServiceStatus(
             database=database,
-            ticking=bool(ticking),
+            ticking=ticking,
             chronon=loop.current if loop is not None else None,
             inflight=loop.inflight if loop is not None else 0,
-            backlog=self._writer.backlog if self._writer is not None else 0,
-            detail=detail,
+            backlog=writer.backlog if writer is not None else 0,
+            detail="; ".join(problems),
             role=role,
             epoch=lease.epoch if lease is not None else None,
+            writing=writing,
+            write_lag=round(lag, 3),
         )
+
+    def liveness(self) -> str | None:
+        """``None`` while alive; else why not: this process runs the chronon loop and the loop
+        has not ticked for five chronons (at least 30 s). A standby, or a process still
+        restoring, is alive. No database call: a database outage is not a reason to restart."""
+        loop = self._loop
+        if not self._run_loop or loop is None or loop.last_tick is None or not self.leading:
+            return None
+        since = time.monotonic() - loop.last_tick
+        if since > max(5 * self.settings.chronon_seconds, 30.0):
+            return health.loop_not_live(since)
+        return None
 
     async def flush(self) -> None:
         """Wait until every decision so far is in the database (tests, shutdown)."""

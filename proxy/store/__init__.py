@@ -19,6 +19,7 @@ HTTP or rule semantics.
 """
 
 from proxy.store._cluster import ClusterProcess, fence_writes
+from proxy.store._audit import INVARIANTS, AuditReport, Violation
 from proxy.store._engine import make_engine
 from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
@@ -66,7 +67,9 @@ from proxy.store.migrate import current_revision, downgrade_database, upgrade_da
 __all__ = [
     "CEI_STATES",
     "ApiKey",
+    "INVARIANTS",
     "AttemptOutcome",
+    "AuditReport",
     "CaptureInput",
     "CapturedEntry",
     "Cei",
@@ -104,6 +107,7 @@ __all__ = [
     "Store",
     "TargetInput",
     "User",
+    "Violation",
     "current_revision",
     "downgrade_database",
     "fence_writes",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import hashlib
 import json
@@ -11,7 +12,7 @@ from typing import Any, Self, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.errors import (
@@ -41,6 +42,8 @@ __all__ = ["API_KEY_PREFIX_LENGTH", "SUMMARY_MAX_CHARS", "StoreBase", "hash_api_
 
 SUMMARY_MAX_CHARS = 2_000
 API_KEY_PREFIX_LENGTH = 8
+#: Probe outcomes that saw the feed's state: only these capture (a 304 confirms the copy held).
+SUCCESS_PROBE_OUTCOMES = ("ok", "not_modified")
 _IDENTITY_MAX = 1024  # the column's length; longer identities are stored hashed
 _CHUNK = 500  # rows per multi-row INSERT / IN (...) list: below SQLite's variable limit
 
@@ -76,6 +79,28 @@ def describe_driver_error(exc: BaseException) -> str:
     source = orig if orig is not None else exc
     first_line = str(source).strip().split("\n", 1)[0]
     return f"database error ({type(source).__name__}): {first_line}"
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a driver error says the database is away (connection lost or refused, server
+    shutting down, SQLite locked, a deadlock or serialization failure to retry) rather than
+    that it refused this statement (a constraint,
+    a value it cannot store). The service retries the first kind until the database returns;
+    retrying the second kind would stall it for ever."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
+        return True
+    orig = getattr(exc, "orig", None)
+    # asyncpg's own connection errors, and PostgreSQL's class 08 (connection exception) and
+    # 57P (operator intervention: admin shutdown, cannot connect now).
+    cause = getattr(orig, "__cause__", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(cause, "sqlstate", None)
+    # Class 40 (transaction rollback: serialization failure, deadlock detected): the same
+    # transaction succeeds when tried again.
+    if isinstance(sqlstate, str) and sqlstate.startswith(("08", "57P", "40")):
+        return True
+    return isinstance(orig, OSError | TimeoutError) or isinstance(cause, OSError | TimeoutError)
 
 
 def _check_state(state: str) -> CeiState:
@@ -170,6 +195,11 @@ _REGISTRATION_COLUMNS = FeedRegistrationRow.__table__.c
 _ENTRY_COLUMNS = EntryRow.__table__.c
 
 
+#: The transaction of :meth:`StoreBase.unit` in the task that opened it (the service's writer).
+_AMBIENT: contextvars.ContextVar[AsyncConnection | None] = contextvars.ContextVar(
+    "proxy_store_unit", default=None)
+
+
 class StoreBase:
     """Engine ownership and the one transaction helper every repository method uses."""
 
@@ -214,8 +244,15 @@ class StoreBase:
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[AsyncConnection]:
-        """One transaction; driver errors leave as :class:`StorageError`, ours pass through."""
+        """One transaction; driver errors leave as :class:`StorageError`, ours pass through.
+
+        Inside :meth:`unit` (same task) it is the unit's transaction: nothing commits
+        until the unit does."""
+        ambient = _AMBIENT.get()
         try:
+            if ambient is not None:
+                yield ambient
+                return
             async with self._engine.begin() as conn:
                 # Issue 21: a fenced context's writes commit only while its lease epoch is current.
                 await check_fence(conn)
@@ -223,7 +260,32 @@ class StoreBase:
         except ProxyError:
             raise
         except (SQLAlchemyError, OSError) as exc:
-            raise StorageError(describe_driver_error(exc)) from exc
+            raise StorageError(describe_driver_error(exc), unavailable=is_unavailable(exc)) from exc
+
+    @asynccontextmanager
+    async def unit(self) -> AsyncIterator[None]:
+        """ONE transaction for every store call made inside it by this task: all of them
+        commit together when the block ends, or none (an exception rolls all back).
+
+        The service's writer stores a round of decisions this way, so a crash keeps a
+        prefix of whole rounds: a rule's state never runs ahead of (or behind) the CEIs
+        it opened. A refused call inside leaves the transaction unusable (PostgreSQL
+        aborts it): let the exception end the unit. Not reentrant.
+        """
+        if _AMBIENT.get() is not None:
+            raise RuntimeError("store.unit() is not reentrant")
+        try:
+            async with self._engine.begin() as conn:
+                await check_fence(conn)  # issue 21: the unit commits only while its lease is current
+                token = _AMBIENT.set(conn)
+                try:
+                    yield
+                finally:
+                    _AMBIENT.reset(token)
+        except ProxyError:
+            raise
+        except (SQLAlchemyError, OSError) as exc:
+            raise StorageError(describe_driver_error(exc), unavailable=is_unavailable(exc)) from exc
 
     @staticmethod
     def _insert(conn: AsyncConnection, table: Any) -> Any:

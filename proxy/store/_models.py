@@ -238,7 +238,7 @@ class CeiRow(Base):
     __tablename__ = "ceis"
     __table_args__ = (
         Index("ix_ceis_profile_id_state", "profile_id", "state"),
-        # Keyset pagination of a profile's CEIs, newest first (migration 0008).
+        # Keyset pagination of a profile's CEIs, newest first (migration 0006).
         Index("ix_ceis_profile_id_release_id", "profile_id", "release", "id"),
         _state_check("state"),
     )
@@ -408,7 +408,7 @@ class NotificationEventRow(Base):
     __tablename__ = "notification_events"
     __table_args__ = (
         Index("ix_notification_events_user_id_id", "user_id", "id"),
-        # A profile's resolutions in order, read with ?after= (migration 0008).
+        # A profile's resolutions in order, read with ?after= (migration 0006).
         Index("ix_notification_events_profile_id_id", "profile_id", "id"),
         _state_check("type", EVENT_TYPES),
         NO_REUSE,

@@ -321,6 +321,15 @@ class ProbesAndMetrics(ProfilesAndCeis):
             )
         return result
 
+    async def resolve_ceis(self, changes: Sequence[CeiStateChange]) -> None:
+        """Resolve CEIs in order, in ONE transaction; CEIs that no longer exist (their profile
+        was deleted) are skipped. A missed CEI's pending EIs become missed too."""
+        for change in changes:
+            _check_state(change.state)
+        if changes:
+            async with self._tx() as conn:
+                await self._apply_cei_changes(conn, changes)
+
     async def _apply_cei_changes(
         self, conn: AsyncConnection, changes: Sequence[CeiStateChange]
     ) -> None:

@@ -8,7 +8,20 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy import cast as cast_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,6 +33,7 @@ from proxy.errors import (
     ValidationError,
 )
 from proxy.store._base import (
+    SUCCESS_PROBE_OUTCOMES,
     _check_state,
     _chunks,
     _ei,
@@ -562,6 +576,28 @@ class ProfilesAndCeis(Outbox):
         await self._write_events(conn, [change], before)
         return True
 
+    async def capture_by_probe_of(self, ei_id: int, chronon: int) -> bool:
+        """Mark a pending EI captured by the successful probe of its feed at ``chronon`` (an EI
+        revealed after that probe: the engine credits it from its history), recording the
+        capture against that probe. ``False`` if the EI is gone or not pending. Without such a
+        probe the EI is marked captured with no probe (:command:`proxy db check` reports it)."""
+        async with self._tx() as conn:
+            feed_id = (
+                await conn.execute(select(EiRow.feed_id).where(EiRow.id == ei_id))
+            ).scalar_one_or_none()
+            if feed_id is None:
+                return False
+            probe_id = (
+                await conn.execute(
+                    select(ProbeRow.id)
+                    .where(ProbeRow.feed_id == feed_id, ProbeRow.chronon == chronon,
+                           ProbeRow.outcome.in_(SUCCESS_PROBE_OUTCOMES))
+                    .order_by(ProbeRow.id)
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            return bool(await self._capture(conn, ei_id, chronon, probe_id, feed_id))
+
     async def set_ei_captured(self, ei_id: int, chronon: int, probe_id: int | None = None) -> bool:
         """Mark an EI captured (and record the capture when ``probe_id`` is given).
 
@@ -628,6 +664,22 @@ class ProfilesAndCeis(Outbox):
         if not ceis:
             raise NotFoundError("CEI", cei_id)
         return ceis[0]
+
+    async def cei_id_high_water(self) -> dict[int, int]:
+        """By rule id: one more than the highest ``seq`` of its CEI ids ``r{rule}:{seq}`` (the
+        service's ids), 0 for none. The restarted service numbers new CEIs from here."""
+        seq_text = func.substr(CeiRow.id, func.strpos(CeiRow.id, ":") + 1)
+        async with self._tx() as conn:
+            if conn.dialect.name == "sqlite":
+                seq_text = func.substr(CeiRow.id, func.instr(CeiRow.id, ":") + 1)
+            seq = cast_(seq_text, BigInteger)
+            rows = await conn.execute(
+                select(CeiRow.rule_id, func.max(seq))
+                .where(CeiRow.rule_id.is_not(None), CeiRow.id.like("r%:%"))
+                .group_by(CeiRow.rule_id)
+            )
+            return {int(rule_id): int(top) + 1 for rule_id, top in rows
+                    if rule_id is not None and top is not None}
 
     async def list_ceis(
         self,

@@ -19,6 +19,7 @@ validate rule specs (the rules layer does), only stores them.
 
 from __future__ import annotations
 
+from proxy.store._audit import Audit
 from proxy.store._base import API_KEY_PREFIX_LENGTH, SUMMARY_MAX_CHARS, hash_api_key
 from proxy.store._cluster import Cluster
 from proxy.store._deliveries import Deliveries
@@ -27,7 +28,7 @@ from proxy.store._lease import Leases
 __all__ = ["API_KEY_PREFIX_LENGTH", "SUMMARY_MAX_CHARS", "Store", "hash_api_key"]
 
 
-class Store(Deliveries, Leases, Cluster):
+class Store(Deliveries, Leases, Cluster, Audit):
     """Async repository over one database (SQLite via aiosqlite, or PostgreSQL via asyncpg).
 
     Create it with :meth:`from_url` (it then owns and disposes the engine) or

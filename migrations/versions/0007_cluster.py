@@ -5,8 +5,8 @@ whether it leads the chronon loop and with which lease epoch) at each
 heartbeat; ``GET /api/v1/cluster`` lists the rows whose heartbeat is recent.
 Nothing to back-fill; downgrade drops the table (heartbeats are transient).
 
-Revision ID: 0010
-Revises: 0004
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-25 14:00:00
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0010'
-down_revision: str | Sequence[str] | None = '0008'
+revision: str = '0007'
+down_revision: str | Sequence[str] | None = '0006'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -10,7 +10,7 @@ watches several feeds). A single-feed watch rule's past CEIs read ``false``:
 telling them apart needs the rule's JSON spec, whose SQL differs per backend.
 Downgrade drops the column.
 
-Revision ID: 0006
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-25 13:30:00
 """
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0006'
+revision: str = '0005'
 down_revision: str | Sequence[str] | None = '0004'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -5,8 +5,8 @@ another, without sorting the profile's whole history; ``notification_events
 (profile_id, id)``: a profile's resolutions in the order they happened (``?after=``).
 Nothing to back-fill; downgrade drops the two indexes.
 
-Revision ID: 0008
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-25 14:00:00
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = '0008'
-down_revision: str | Sequence[str] | None = '0006'
+revision: str = '0006'
+down_revision: str | Sequence[str] | None = '0005'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
