@@ -73,7 +73,7 @@ async def test_a_deposed_writer_counts_its_refused_round_and_writes_nothing(stor
     lease = await store.acquire_lease("loop", "old", now=T0, ttl=5)
     assert lease is not None
     metrics = ServiceMetrics()
-    writer = Writer(store, metrics, fence=lease, retries=0)
+    writer = Writer(store, metrics, fence=lease)
     writer.start()
     try:
         writer.submit([ChrononRow(1, T0, 5, 2, 0, 0, 0.0)])

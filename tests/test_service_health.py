@@ -27,7 +27,8 @@ async def test_a_stuck_loop_fails_liveness_and_readiness_saying_so(sqlite_url: s
             service.loop.last_tick -= 60
             live = await client.get("/healthz")
             assert live.status_code == 503
-            assert live.json()["status"] == "stalled"
+            assert live.headers["content-type"] == "application/problem+json"
+            assert live.json()["type"].endswith(":stalled") and live.json()["status"] == 503
             assert "chronon loop: no tick for 6" in live.json()["detail"]
             body = (await client.get("/readyz")).json()
             assert body["ready"] is False and body["ticking"] is False and body["database"] is True

@@ -35,6 +35,7 @@ from proxy.api._cache import ResponseCache, TtlMap
 from proxy.api.deps import READ_TTL_SECONDS, Service
 from proxy.api.limits import BodyLimitMiddleware, refuse_unprintable
 from proxy.api.problems import install_problem_handlers, install_problem_schema, problem_responses
+from proxy.api.problems import problem as problem_response
 from proxy.api.routes_cluster import router as cluster_router
 from proxy.api.routes_feeds import router as feeds_router
 from proxy.api.routes_keys import router as keys_router
@@ -44,7 +45,7 @@ from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
 from proxy.api.schemas import ReadyOut
 from proxy.errors import AuthError
-from proxy.service import ProxyService, health
+from proxy.service import ProxyService
 from proxy.settings import Settings
 from proxy.web import install_web
 
@@ -101,7 +102,7 @@ def make_app(
     install_web(app, settings)  # the pages under /ui (issue 20)
     app.include_router(cluster_router)
 
-    @app.get("/healthz", tags=["health"], responses={503: {"description": "The chronon loop is stuck."}})
+    @app.get("/healthz", tags=["health"], responses=problem_responses(503))
     async def healthz(service: Service) -> JSONResponse:
         """Alive: the process answers and, if it runs the chronon loop, the loop ticked within
         five chronons (at least 30 s); 503 otherwise, saying so. The container health check
@@ -109,7 +110,7 @@ def make_app(
         restart: /readyz says it)."""
         problem = service.liveness()
         if problem is not None:
-            return JSONResponse({"status": "stalled", "detail": problem}, status_code=503)
+            return problem_response(503, problem, kind="stalled")
         return JSONResponse({"status": "ok"})
 
     @app.get("/readyz", tags=["health"], response_model=ReadyOut,

@@ -64,6 +64,7 @@ _SLUGS = {
     405: "method-not-allowed",
     409: "conflict",
     413: "content-too-large",
+    429: "too-many-requests",
     422: "validation",
     500: "internal",
     503: "unavailable",

@@ -18,8 +18,8 @@ Nothing outside this package writes SQL. The store knows nothing of policies,
 HTTP or rule semantics.
 """
 
-from proxy.store._cluster import ClusterProcess, fence_writes
 from proxy.store._audit import INVARIANTS, AuditReport, Violation
+from proxy.store._cluster import ClusterProcess, fence_writes
 from proxy.store._engine import make_engine
 from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
@@ -66,8 +66,8 @@ from proxy.store.migrate import current_revision, downgrade_database, upgrade_da
 
 __all__ = [
     "CEI_STATES",
-    "ApiKey",
     "INVARIANTS",
+    "ApiKey",
     "AttemptOutcome",
     "AuditReport",
     "CaptureInput",
