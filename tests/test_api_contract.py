@@ -345,4 +345,4 @@ async def test_a_database_failure_is_a_503_that_names_no_driver_internals(sqlite
         body = assert_problem(r, 503, api, "GET", "/api/v1/profiles")
         assert body["type"].endswith(":unavailable")
         assert "profiles" not in body["detail"] and "sqlite" not in body["detail"].lower()
-        assert body["detail"] == "the database is unavailable; try again shortly"
+        assert body["detail"] == "the database is unavailable; retry later"

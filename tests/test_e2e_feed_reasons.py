@@ -87,6 +87,5 @@ async def test_a_feed_says_why(sqlite_url: str) -> None:
         assert nowhere["next_probe_reason"] == "backoff" and nowhere["consecutive_errors"] >= 1
 
         # Lists keep their shape: no per-feed probe history there.
-        listed = (await px.get("/api/v1/feeds")).json()
-        items = listed if isinstance(listed, list) else listed["items"]
+        items = (await px.get("/api/v1/feeds")).json()["items"]
         assert all(f.get("recent_probes") is None for f in items)

@@ -43,7 +43,7 @@ async def run_restart(settings: Settings) -> None:
 
             # The rule's first probe sets its baseline (issue 23): publish after it.
             async def checked() -> list[dict[str, Any]]:
-                return (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()
+                return (await px.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()["items"]
 
             await eventually(checked, what="the rule's first decided CEI")
             farm.set_fault("cnn", "timeout", seconds=3600)

@@ -118,7 +118,7 @@ async def test_sigkill_loses_nothing_and_the_run_goes_on(tmp_path: Path) -> None
 
             # The rule's first probe sets its baseline (issue 23): publish after it.
             async def checked() -> list[dict[str, Any]]:
-                return (await api.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()
+                return (await api.get(f"/api/v1/profiles/{pid}/ceis", params={"state": "captured"})).json()["items"]
 
             await eventually(checked, within=30, what="the rule's first decided CEI")
             farm.set_fault("cnn", "timeout", seconds=3600)

@@ -228,7 +228,9 @@ async def _proxy_error(request: Request, exc: Exception) -> JSONResponse:
         request.app.state.service.metrics.db_errors.inc()
         # The driver's text names tables and SQL: log it, answer what is unavailable.
         _log.warning("storage error answering %s %s: %s", request.method, request.url.path, exc)
-        return problem(503, "the database is unavailable; try again shortly")
+        from proxy.service.health import DATABASE_UNAVAILABLE  # the 503 words live there
+
+        return problem(503, DATABASE_UNAVAILABLE)
     if isinstance(exc, StandbyError):
         return problem(503, detail, kind="standby")
     if status == 500:

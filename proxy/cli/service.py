@@ -110,7 +110,8 @@ def _serve(app_: FastAPI, settings: Settings, loop: str, root_path: str = "") ->
         # Open connections (event streams) must not hold the drain up for ever.
         timeout_graceful_shutdown=max(1, round(settings.drain_seconds)),
     )
-    Server(config).run()
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises a captured SIGINT: done, exit 0
+        Server(config).run()
 
 
 def register_demo(app: typer.Typer) -> None:
