@@ -141,7 +141,7 @@ def _doc(kind: str) -> Notification:
     return Notification.model_validate({
         "type": kind, "event_id": 5, "created_at": at(700),
         "profile": {"id": 1, "name": "analyst"}, "rule": {"id": 2, "name": "oil news"},
-        "cei": {"id": "r2:0", "state": kind, "release": 10, "resolved_chronon": 12,
+        "cei": {"id": "r2:0", "state": kind, "fired": kind == "captured", "release": 10, "resolved_chronon": 12,
                 "resolved_at": at(720)},
         "eis": [ei] if kind == "captured" else [ei, missed],
     })
@@ -150,11 +150,13 @@ def _doc(kind: str) -> Notification:
 def test_text_rendering_says_what_happened() -> None:
     title, body = render_text(_doc("captured"))
     assert title == "[analyst / oil news] captured: CEI r2:0"
+    assert "CEI r2:0 was captured; the rule fired." in body
     assert "* Oil at $90 <https://blog.example/1>" in body
     assert "Crude oil rose" in body and "… and 2 more" in body
     assert max(len(line) for line in body.splitlines()) < 260  # summaries are cut
     title, body = render_text(_doc("missed"))
     assert title.endswith("missed: CEI r2:0")
+    assert "was missed; the rule did not fire (its trigger was only checked)." in body
     assert "https://news.example/rss (missed, window 2026-12-01 12:10:00Z): the feed was failing: http_error 503" in body
 
 
@@ -195,6 +197,7 @@ async def test_a_capture_writes_its_event_and_delivery_in_the_probe_transaction(
     assert delivery.msg_id.startswith("msg_")
     doc = Notification.model_validate_json((await store.get_event(user_id, delivery.event_id)).payload)
     assert doc.event_id == delivery.event_id and doc.type == "captured"
+    assert doc.cei.fired is False  # stored as not fired: the document says so
     assert (doc.profile.id, doc.rule and doc.rule.id) == (pid, rule_id)
     assert [(e.feed_id, e.state, e.captured_chronon) for e in doc.eis] == [(f0, "captured", 1), (f1, "captured", 2)]
     assert [e.title for e in doc.eis[0].entries] == ["A"]
@@ -226,7 +229,7 @@ async def test_a_rolled_back_probe_leaves_no_notification(store: Store) -> None:
 async def test_a_missed_cei_says_which_eis_and_why(store: Store) -> None:
     user_id, pid, (f0, f1), rule_id = await _setup(store)
     cei = await store.add_cei("r1:0", pid, 0, [NewEi(0, f0, 0, 5), NewEi(1, f1, 0, 5), NewEi(2, f0, 8, 9)],
-                              rule_id=rule_id)
+                              rule_id=rule_id, fired=True)
     await store.record_probe(ProbeInput(f0, at(0), "ok", chronon=1), captures=[CaptureInput(cei.eis[0].id, 1)])
     await store.record_probe(ProbeInput(f1, at(60), "http_error", chronon=2, http_status=503, error="down"))
     await store.record_probe(ProbeInput(f1, at(120), "timeout", chronon=7, error="timeout (read)"))
@@ -234,6 +237,7 @@ async def test_a_missed_cei_says_which_eis_and_why(store: Store) -> None:
     (event,) = await store.events_after(user_id, 0)
     doc = Notification.model_validate_json(event.payload)
     assert doc.type == "missed" and doc.cei.resolved_at is None  # no clock given: no wall times
+    assert doc.cei.fired is True  # the condition held, and still the CEI was missed
     assert [(e.state, e.missed_reason) for e in doc.eis] == [
         ("captured", None), ("missed", "feed_failing"), ("missed", "window_passed")]
     failure = doc.eis[1].feed_failure

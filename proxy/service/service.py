@@ -433,7 +433,8 @@ class ProxyService:
             # are due at once: the dispatcher's first look finds them.
             self._dispatcher = Dispatcher(
                 store, self._sender or WebhookSender(
-                    fetcher_settings(s).address_policy, timeout=s.delivery_timeout_seconds),
+                    fetcher_settings(s).address_policy, timeout=s.delivery_timeout_seconds,
+                    user_agent=s.user_agent),
                 self.metrics,
                 RetryPolicy(s.delivery_retry_base_seconds, s.delivery_retry_max_seconds,
                             s.delivery_retry_window_seconds),
