@@ -23,8 +23,9 @@ from proxy.notify.payload import Notification
 from proxy.notify.render import render_text
 from proxy.notify.senders import SendResult
 from proxy.notify.signing import new_secret, sign, webhook_headers
-from proxy.service.dispatch import RetryPolicy, decide
+from proxy.service.dispatch import RetryPolicy, _outcome_label, decide
 from proxy.store import (
+    TARGET_DISABLED_ERROR,
     AttemptOutcome,
     CaptureInput,
     CeiStateChange,
@@ -300,6 +301,37 @@ async def test_owner_only_retries_rotation_and_enabling(store: Store) -> None:
     assert rotated.secret is not None
     (due,) = await store.due_deliveries(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1))
     assert due.secrets[0] == rotated.secret and len(due.secrets) == 2
+
+
+async def test_delivery_totals_read_back_from_the_rows_match_the_live_counter(store: Store) -> None:
+    """``proxy_deliveries_total`` after a restart (issue 23): the outcomes the dispatcher
+    counted, rebuilt from the rows alone."""
+    user_id, pid, (f0, _), rule_id = await _setup(store)
+    for i in range(5):
+        await store.add_cei(f"r1:{i}", pid, 0, [NewEi(0, f0, 0, 5)], rule_id=rule_id)
+        await store.set_cei_state(f"r1:{i}", "missed", 6)
+    rows = sorted(await store.list_deliveries(user_id), key=lambda d: d.id)
+    now = dt.datetime.now(dt.UTC)
+
+    def retry(d: Any) -> AttemptOutcome:
+        return AttemptOutcome(d.id, d.target_id, now, "pending", now, 500, "HTTP 500")
+
+    d0, d1, d2, d3, d4 = rows
+    history = [
+        [retry(d0), retry(d0), AttemptOutcome(d0.id, d0.target_id, now, "delivered", now, 200)],
+        [retry(d1), AttemptOutcome(d1.id, d1.target_id, now, "failed", now, 500, "HTTP 500")],  # window over
+        [retry(d2)],  # still pending
+        [AttemptOutcome(d3.id, d3.target_id, now, "failed", now, 410, "HTTP 410", disable_target="410 Gone")],
+        [retry(d4), AttemptOutcome(d4.id, d4.target_id, now, "failed", now,
+                                   error=f"{TARGET_DISABLED_ERROR}410 Gone", attempted=False)],
+    ]
+    counted: dict[str, int] = {}
+    for outcomes in history:
+        for o in outcomes:
+            await store.record_attempts([o])
+            counted[_outcome_label(o)] = counted.get(_outcome_label(o), 0) + 1
+    assert counted == {"retry": 5, "delivered": 1, "failed": 1, "gone": 1, "target_disabled": 1}
+    assert (await store.metric_totals()).deliveries == counted
 
 
 # --- retention --------------------------------------------------------------------------

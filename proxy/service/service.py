@@ -415,7 +415,8 @@ class ProxyService:
                                 await store.cei_id_high_water())
         totals = await store.metric_totals()
         # Issue 23: the totals users read as totals start from the database's, not from zero.
-        self.metrics.restore_totals(totals.probes, totals.budget_used, totals.budget_offered, totals.ceis)
+        self.metrics.restore_totals(totals.probes, totals.budget_used, totals.budget_offered, totals.ceis,
+                                    totals.deliveries)
         # The restored rules, specs and engine columns live as long as the process: move them
         # out of the cyclic GC's scans, whose full passes over 100,000 profiles' objects
         # otherwise stall the loop for hundreds of milliseconds (docs/bench-service.md).
