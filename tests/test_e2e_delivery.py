@@ -23,6 +23,9 @@ from tests.test_e2e_support import Running, e2e_settings, eventually, running
 
 pytestmark = pytest.mark.slow
 
+# PROXY_USER_AGENT names the operator to webhook and Apprise receivers too (issue 23).
+AGENT = "acme-proxy/1.0 (+mailto:ops@acme.example)"
+
 FAST_RETRIES = {
     "delivery_retry_base_seconds": 0.05,
     "delivery_retry_max_seconds": 0.2,
@@ -61,7 +64,7 @@ async def setup_profile(px: Running, farm: FeedFarm, notify: list[dict[str, Any]
 async def test_a_failing_receiver_that_recovers_gets_every_notification_signed_once_per_id(
     database_url: str,
 ) -> None:
-    settings = e2e_settings(database_url, **FAST_RETRIES)
+    settings = e2e_settings(database_url, user_agent=AGENT, **FAST_RETRIES)
     async with FeedFarm(["blog"], prefill=2) as farm, Receiver(mode="error") as rx, running(settings) as px:
         pid, profile = await setup_profile(px, farm, [{"webhook": rx.url}])
         (target,) = profile["new_targets"]
@@ -97,8 +100,9 @@ async def test_a_failing_receiver_that_recovers_gets_every_notification_signed_o
         # Every captured CEI up to the snapshot has exactly one delivery, now delivered.
         rows = {d["msg_id"]: d for d in await deliveries(px)}
         assert all(rows[m]["state"] == "delivered" for m in snapshot)
-        captured = {c["id"] for c in (await px.get(
+        fired = {c["id"]: c["fired"] for c in (await px.get(
             f"/api/v1/profiles/{pid}/ceis", params={"state": "captured", "limit": 1000})).json()["items"]}
+        captured = set(fired)
         delivered_ceis = [d["cei_id"] for d in rows.values()]
         assert len(delivered_ceis) == len(set(delivered_ceis))  # one row per (CEI, target)
         assert {snapshot[m]["cei_id"] for m in snapshot} <= captured
@@ -112,6 +116,8 @@ async def test_a_failing_receiver_that_recovers_gets_every_notification_signed_o
             assert doc["type"] == "captured" and doc["version"] == 1
             assert doc["cei"]["id"] == rows[req.msg_id]["cei_id"]
             assert doc["profile"] == {"id": pid, "name": "every second"}
+            assert doc["cei"]["fired"] is fired[doc["cei"]["id"]]  # as the API says it
+            assert req.headers["user-agent"] == AGENT
         # Retries kept their id: the first message was sent several times, always the same body.
         bodies = {r.body for r in rx.by_id(first)}
         assert len(rx.by_id(first)) >= 4 and len(bodies) == 1
@@ -180,7 +186,7 @@ async def _dead_saying(px: Running, text: str) -> dict[str, Any] | None:
 
 
 async def test_an_apprise_json_target_gets_the_text_rendering(database_url: str) -> None:
-    settings = e2e_settings(database_url, **FAST_RETRIES)
+    settings = e2e_settings(database_url, user_agent=AGENT, **FAST_RETRIES)
     async with FeedFarm(["blog"], prefill=2) as farm, Receiver(mode="ok") as rx, running(settings) as px:
         url = f"json://127.0.0.1:{rx.port}/apprise"
         _, profile = await setup_profile(px, farm, [{"apprise": url, "events": ["captured"]}])
@@ -193,7 +199,8 @@ async def test_an_apprise_json_target_gets_the_text_rendering(database_url: str)
         (first, *_) = await eventually(got, within=15, what="an Apprise JSON post")
         doc = first.json()
         assert doc["title"].startswith("[every second / tick] captured: CEI r")
-        assert "was captured" in doc["message"] and "/blog" in doc["message"]
+        assert "was captured; the rule " in doc["message"] and "/blog" in doc["message"]
+        assert first.headers["user-agent"] == AGENT
 
         async def delivered() -> bool:
             return any(d["state"] == "delivered" for d in await deliveries(px))

@@ -31,13 +31,17 @@ def test_names_follow_prometheus_conventions() -> None:
 
 def test_restored_totals_are_counted_once() -> None:
     m = ServiceMetrics()
-    m.restore_totals({"ok": 5, "http_error": 2}, 7, 10, {"captured": 3, "missed": 1, "pending": 4})
-    m.restore_totals({"ok": 50}, 70, 100, {"captured": 30})  # the lease lost and won again: no-op
+    m.restore_totals({"ok": 5, "http_error": 2}, 7, 10, {"captured": 3, "missed": 1, "pending": 4},
+                     {"delivered": 6, "retry": 2})
+    m.restore_totals({"ok": 50}, 70, 100, {"captured": 30}, {"delivered": 60})  # the lease lost and won again: no-op
     m.show_ceis({"captured": 1, "missed": 0, "pending": 2})
     text = parse_metrics(generate_latest(m.registry).decode())
     assert text['proxy_probes_total{outcome="ok"}'] == 5
     assert text['proxy_probes_total{outcome="http_error"}'] == 2
     assert text["proxy_budget_used_probes_total"] == 7
+    assert text['proxy_deliveries_total{outcome="delivered"}'] == 6
+    assert text['proxy_deliveries_total{outcome="retry"}'] == 2
+    assert text['proxy_deliveries_total{outcome="gone"}'] == 0
     assert text["proxy_budget_offered_probes_total"] == 10
     assert text['proxy_ceis{state="captured"}'] == 4
     assert text['proxy_ceis{state="missed"}'] == 1
@@ -71,3 +75,26 @@ async def test_totals_survive_a_restart(sqlite_url: str) -> None:
     assert after["proxy_budget_offered_probes_total"] >= stored.budget_offered > 0
     assert after['proxy_ceis{state="captured"}'] >= stored.ceis["captured"] >= before['proxy_ceis{state="captured"}']
     assert 0 < after["proxy_completeness_ratio"] <= 1
+
+
+@pytest.mark.slow
+async def test_delivery_totals_survive_a_restart(sqlite_url: str) -> None:
+    from tests.receiver import Receiver
+    from tests.test_e2e_delivery import FAST_RETRIES, setup_profile
+
+    settings = e2e_settings(sqlite_url, **FAST_RETRIES)
+    async with FeedFarm(["blog"], prefill=2) as farm, Receiver(mode="ok") as rx:
+        async with running(settings) as px:
+            await setup_profile(px, farm, [{"webhook": rx.url}])
+
+            async def some() -> dict[str, float] | None:
+                m = parse_metrics((await px.client.get("/metrics")).text)
+                return m if m['proxy_deliveries_total{outcome="delivered"}'] >= 2 else None
+
+            before = await eventually(some, within=30, what="delivered notifications")
+        # Stopped: what the rows say now is what the next process starts from.
+        async with running(settings) as px:
+            stored = (await px.service.store.metric_totals()).deliveries
+            after = parse_metrics((await px.client.get("/metrics")).text)
+    assert stored["delivered"] >= before['proxy_deliveries_total{outcome="delivered"}'] >= 2
+    assert after['proxy_deliveries_total{outcome="delivered"}'] >= stored["delivered"]

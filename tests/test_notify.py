@@ -23,8 +23,9 @@ from proxy.notify.payload import Notification
 from proxy.notify.render import render_text
 from proxy.notify.senders import SendResult
 from proxy.notify.signing import new_secret, sign, webhook_headers
-from proxy.service.dispatch import RetryPolicy, decide
+from proxy.service.dispatch import RetryPolicy, _outcome_label, decide
 from proxy.store import (
+    TARGET_DISABLED_ERROR,
     AttemptOutcome,
     CaptureInput,
     CeiStateChange,
@@ -141,7 +142,7 @@ def _doc(kind: str) -> Notification:
     return Notification.model_validate({
         "type": kind, "event_id": 5, "created_at": at(700),
         "profile": {"id": 1, "name": "analyst"}, "rule": {"id": 2, "name": "oil news"},
-        "cei": {"id": "r2:0", "state": kind, "release": 10, "resolved_chronon": 12,
+        "cei": {"id": "r2:0", "state": kind, "fired": kind == "captured", "release": 10, "resolved_chronon": 12,
                 "resolved_at": at(720)},
         "eis": [ei] if kind == "captured" else [ei, missed],
     })
@@ -150,11 +151,13 @@ def _doc(kind: str) -> Notification:
 def test_text_rendering_says_what_happened() -> None:
     title, body = render_text(_doc("captured"))
     assert title == "[analyst / oil news] captured: CEI r2:0"
+    assert "CEI r2:0 was captured; the rule fired." in body
     assert "* Oil at $90 <https://blog.example/1>" in body
     assert "Crude oil rose" in body and "… and 2 more" in body
     assert max(len(line) for line in body.splitlines()) < 260  # summaries are cut
     title, body = render_text(_doc("missed"))
     assert title.endswith("missed: CEI r2:0")
+    assert "was missed; the rule did not fire (its trigger was only checked)." in body
     assert "https://news.example/rss (missed, window 2026-12-01 12:10:00Z): the feed was failing: http_error 503" in body
 
 
@@ -195,6 +198,7 @@ async def test_a_capture_writes_its_event_and_delivery_in_the_probe_transaction(
     assert delivery.msg_id.startswith("msg_")
     doc = Notification.model_validate_json((await store.get_event(user_id, delivery.event_id)).payload)
     assert doc.event_id == delivery.event_id and doc.type == "captured"
+    assert doc.cei.fired is False  # stored as not fired: the document says so
     assert (doc.profile.id, doc.rule and doc.rule.id) == (pid, rule_id)
     assert [(e.feed_id, e.state, e.captured_chronon) for e in doc.eis] == [(f0, "captured", 1), (f1, "captured", 2)]
     assert [e.title for e in doc.eis[0].entries] == ["A"]
@@ -226,7 +230,7 @@ async def test_a_rolled_back_probe_leaves_no_notification(store: Store) -> None:
 async def test_a_missed_cei_says_which_eis_and_why(store: Store) -> None:
     user_id, pid, (f0, f1), rule_id = await _setup(store)
     cei = await store.add_cei("r1:0", pid, 0, [NewEi(0, f0, 0, 5), NewEi(1, f1, 0, 5), NewEi(2, f0, 8, 9)],
-                              rule_id=rule_id)
+                              rule_id=rule_id, fired=True)
     await store.record_probe(ProbeInput(f0, at(0), "ok", chronon=1), captures=[CaptureInput(cei.eis[0].id, 1)])
     await store.record_probe(ProbeInput(f1, at(60), "http_error", chronon=2, http_status=503, error="down"))
     await store.record_probe(ProbeInput(f1, at(120), "timeout", chronon=7, error="timeout (read)"))
@@ -234,6 +238,7 @@ async def test_a_missed_cei_says_which_eis_and_why(store: Store) -> None:
     (event,) = await store.events_after(user_id, 0)
     doc = Notification.model_validate_json(event.payload)
     assert doc.type == "missed" and doc.cei.resolved_at is None  # no clock given: no wall times
+    assert doc.cei.fired is True  # the condition held, and still the CEI was missed
     assert [(e.state, e.missed_reason) for e in doc.eis] == [
         ("captured", None), ("missed", "feed_failing"), ("missed", "window_passed")]
     failure = doc.eis[1].feed_failure
@@ -296,6 +301,37 @@ async def test_owner_only_retries_rotation_and_enabling(store: Store) -> None:
     assert rotated.secret is not None
     (due,) = await store.due_deliveries(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1))
     assert due.secrets[0] == rotated.secret and len(due.secrets) == 2
+
+
+async def test_delivery_totals_read_back_from_the_rows_match_the_live_counter(store: Store) -> None:
+    """``proxy_deliveries_total`` after a restart (issue 23): the outcomes the dispatcher
+    counted, rebuilt from the rows alone."""
+    user_id, pid, (f0, _), rule_id = await _setup(store)
+    for i in range(5):
+        await store.add_cei(f"r1:{i}", pid, 0, [NewEi(0, f0, 0, 5)], rule_id=rule_id)
+        await store.set_cei_state(f"r1:{i}", "missed", 6)
+    rows = sorted(await store.list_deliveries(user_id), key=lambda d: d.id)
+    now = dt.datetime.now(dt.UTC)
+
+    def retry(d: Any) -> AttemptOutcome:
+        return AttemptOutcome(d.id, d.target_id, now, "pending", now, 500, "HTTP 500")
+
+    d0, d1, d2, d3, d4 = rows
+    history = [
+        [retry(d0), retry(d0), AttemptOutcome(d0.id, d0.target_id, now, "delivered", now, 200)],
+        [retry(d1), AttemptOutcome(d1.id, d1.target_id, now, "failed", now, 500, "HTTP 500")],  # window over
+        [retry(d2)],  # still pending
+        [AttemptOutcome(d3.id, d3.target_id, now, "failed", now, 410, "HTTP 410", disable_target="410 Gone")],
+        [retry(d4), AttemptOutcome(d4.id, d4.target_id, now, "failed", now,
+                                   error=f"{TARGET_DISABLED_ERROR}410 Gone", attempted=False)],
+    ]
+    counted: dict[str, int] = {}
+    for outcomes in history:
+        for o in outcomes:
+            await store.record_attempts([o])
+            counted[_outcome_label(o)] = counted.get(_outcome_label(o), 0) + 1
+    assert counted == {"retry": 5, "delivered": 1, "failed": 1, "gone": 1, "target_disabled": 1}
+    assert (await store.metric_totals()).deliveries == counted
 
 
 # --- retention --------------------------------------------------------------------------

@@ -142,7 +142,7 @@ def test_sweep_prints_a_table_and_writes_csv(tmp_path: Path) -> None:
                                   "-p", "mrsf-p", "-p", "s-edf-np", "--optimal", "--lp-bound",
                                   "--csv", str(out)])
     assert res.exit_code == 0, res.output
-    header = res.output.splitlines()[0].split()
+    header = res.stdout.splitlines()[0].split()
     assert header == ["budget", "seeds", "mrsf-p", "s-edf-np", "optimal", "lp-bound", "mrsf-p/opt", "s-edf-np/opt"]
     with out.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))

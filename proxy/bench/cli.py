@@ -138,7 +138,12 @@ def live(
         "bench-live"),
     doc: Annotated[Path | None, typer.Option(help="Regenerate this markdown from every result in --out.")] = None,
 ) -> None:
-    """Run the service against the feed farm, the simulator and plain readers on one workload."""
+    """Run the service against the feed farm, the simulator and plain readers on one workload.
+
+    A progress bar per run on a terminal, a line per tenth of a run otherwise.
+    The first Ctrl-C stops the service and the farm (exit status 130), keeping
+    the result files of the runs already finished.
+    """
     import asyncio
 
     from proxy.bench.live import (
@@ -170,27 +175,61 @@ def live(
     typer.echo(bw.description)
     argv = sys.argv[sys.argv.index("live"):] if "live" in sys.argv else ["live"]
     command = "proxy bench " + " ".join(shlex.quote(a) for a in argv)
-    for p in policies:
-        for c in budgets:
-            drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
-            delay = f"-delay{ping_delay:g}" if ping_delay else ""
-            past = "-history" if bw.history else ""
-            tag = f"{bw.name}-{p}-C{c}{drop}{delay}{past}"
-            cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
-                             ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
-                             service=service, phase=phase, ping_lag=ping_lag)
-            r = asyncio.run(run_benchmark(bw, cfg, out, tag, command))
-            typer.echo(f"{tag}: live {100 * r['live']['cei_completeness']:.1f}%  "
-                       f"sim {100 * r['sim']['cei_completeness']:.1f}%  "
-                       f"sim(lag) {100 * r['sim_lag']['cei_completeness']:.1f}%  "
-                       f"probes {r['live']['probes']}  "
-                       f"round-robin {100 * r['readers']['round-robin']['completeness']:.1f}%  "
-                       f"adaptive {100 * r['readers']['adaptive']['completeness']:.1f}%")
-            typer.echo(f"{tag}: detection delay p50/p90 (chronons): " + "  ".join(
-                f"{name} {_delays(d)}" for name, d in (
-                    ("live", r["live"]["detection_delay_chronons"]),
-                    ("round-robin", r["readers"]["round-robin"]["detection_delay_chronons"]),
-                    ("adaptive", r["readers"]["adaptive"]["detection_delay_chronons"]))))
+    from tqdm import tqdm
+
+    runs = [(p, c) for p in policies for c in budgets]
+    kept: list[Path] = []
+    # A bar on a terminal; elsewhere (logs, pipes) a line per tenth of each run instead.
+    lines = not sys.stderr.isatty()
+    k = bw.workload.chronons
+    step = max(1, k // 10)
+    for i, (p, c) in enumerate(runs, 1):
+        drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
+        delay = f"-delay{ping_delay:g}" if ping_delay else ""
+        past = "-history" if bw.history else ""
+        tag = f"{bw.name}-{p}-C{c}{drop}{delay}{past}"
+        cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
+                         ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
+                         service=service, phase=phase, ping_lag=ping_lag)
+        if lines:
+            print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
+                  file=sys.stderr, flush=True)
+        with tqdm(total=k, desc=f"{i}/{len(runs)} {tag}", unit="chronon", disable=None,
+                  file=sys.stderr) as bar:
+            shown = 0
+
+            def on_chronon(done: int, bar: Any = bar, tag: str = tag, i: int = i) -> None:
+                nonlocal shown
+                if done <= shown:
+                    return
+                bar.update(done - shown)
+                if lines and (done // step > shown // step or done == k):
+                    print(f"bench live: run {i}/{len(runs)}: {tag}: chronon {done}/{k}", file=sys.stderr,
+                          flush=True)
+                shown = done
+
+            try:
+                # asyncio.run turns the first Ctrl-C into a cancellation: run_live stops the
+                # service and the farm on its way out, then KeyboardInterrupt reaches here.
+                r = asyncio.run(run_benchmark(bw, cfg, out, tag, command, on_chronon))
+            except KeyboardInterrupt:
+                bar.close()
+                what = ", ".join(str(path) for path in kept) or "no finished run"
+                typer.echo(f"interrupted: kept {what}; {tag} stopped at chronon {shown}/{k} "
+                           f"(its database and publication log are in {out}, no result)", err=True)
+                raise typer.Exit(code=130) from None  # 128 + SIGINT, as a shell reports it
+        kept.append(out / f"{tag}.json")
+        typer.echo(f"{tag}: live {100 * r['live']['cei_completeness']:.1f}%  "
+                   f"sim {100 * r['sim']['cei_completeness']:.1f}%  "
+                   f"sim(lag) {100 * r['sim_lag']['cei_completeness']:.1f}%  "
+                   f"probes {r['live']['probes']}  "
+                   f"round-robin {100 * r['readers']['round-robin']['completeness']:.1f}%  "
+                   f"adaptive {100 * r['readers']['adaptive']['completeness']:.1f}%")
+        typer.echo(f"{tag}: detection delay p50/p90 (chronons): " + "  ".join(
+            f"{name} {_delays(d)}" for name, d in (
+                ("live", r["live"]["detection_delay_chronons"]),
+                ("round-robin", r["readers"]["round-robin"]["detection_delay_chronons"]),
+                ("adaptive", r["readers"]["adaptive"]["detection_delay_chronons"]))))
     if doc is not None:
         _report(out, doc)
 

@@ -46,7 +46,7 @@ import logging
 import math
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -488,8 +488,14 @@ class _ServiceRunner:
                 await self._proc.wait()
 
 
-async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> LiveRecords:
-    """Run the service on ``bw`` for its ``K`` chronons and read back what happened."""
+async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
+                   on_chronon: Callable[[int], None] | None = None) -> LiveRecords:
+    """Run the service on ``bw`` for its ``K`` chronons and read back what happened.
+
+    ``on_chronon(done)`` is called as the run's chronons pass (``done`` of ``K``).
+    Cancelled (the first Ctrl-C under ``asyncio.run``), it stops the service and
+    the farm before it returns: no ``proxy serve`` child outlives it.
+    """
     import httpx
     import structlog
 
@@ -587,6 +593,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str) -> L
                     # are excluded from selection, so a backlog shows up as misses.
                     while (left := anchor + k * length - time.time()) > 0:
                         await asyncio.sleep(min(left, 0.5))
+                        if on_chronon is not None:
+                            on_chronon(min(k, max(0, int((time.time() - anchor) / length))))
                         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                             ready = (await api.get("/readyz")).json()
                             busy.append((int(ready["inflight"]), int(ready["backlog"])))
@@ -847,9 +855,10 @@ def _redact(url: str | None) -> str | None:
 
 async def run_benchmark(
     bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str, command: str = "",
+    on_chronon: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """One live run plus its analysis, saved as ``out/{tag}.json`` (``command``: how it was invoked)."""
-    rec = await run_live(bw, cfg, out, tag)
+    rec = await run_live(bw, cfg, out, tag, on_chronon)
     result = analyse(bw, cfg, rec)
     result["tag"] = tag
     result["command"] = command

@@ -99,6 +99,14 @@ class CeiInfo(_Doc):
 
     id: str
     state: Literal["captured", "missed"]
+    fired: bool = Field(
+        False,
+        description=(
+            "The rule's condition held (its query EIs joined): a person's \"it happened\". "
+            "False when the trigger was only checked; such a CEI is captured when the "
+            "check was made in time (issue 23)."
+        ),
+    )
     release: int
     resolved_chronon: int | None
     resolved_at: dt.datetime | None

@@ -18,7 +18,9 @@ def render_text(n: Notification) -> tuple[str, str]:
     rule = f" / {n.rule.name}" if n.rule is not None else ""
     verb = "captured" if n.type == "captured" else "missed"
     title = f"[{n.profile.name}{rule}] {verb}: CEI {n.cei.id}"
-    lines = [f"Profile {n.profile.name!r}{rule}: CEI {n.cei.id} was {verb}."]
+    # A captured CEI whose condition never held is a check made in time, not news (issue 23).
+    held = "the rule fired" if n.cei.fired else "the rule did not fire (its trigger was only checked)"
+    lines = [f"Profile {n.profile.name!r}{rule}: CEI {n.cei.id} was {verb}; {held}."]
     for ei in n.eis:
         when = f", window {ei.window_start:%Y-%m-%d %H:%M:%S}Z" if ei.window_start else ""
         head = f"- {ei.feed_url} ({ei.state}{when})"

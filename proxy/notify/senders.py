@@ -66,8 +66,10 @@ class WebhookSender:
         timeout: float = 10.0,
         resolver: HostResolver | None = None,
         max_connections: int = 200,
+        user_agent: str = DEFAULT_USER_AGENT,
     ) -> None:
         self._policy = policy
+        self._user_agent = user_agent  # PROXY_USER_AGENT: receivers see who calls, as feed hosts do
         self._timeout = timeout
         self._resolver: HostResolver = resolver or SystemResolver()
         self._max_connections = max_connections
@@ -84,7 +86,7 @@ class WebhookSender:
                 connector=connector,
                 trust_env=False,  # an environment proxy would bypass the SSRF guard
                 cookie_jar=aiohttp.DummyCookieJar(),
-                headers={"User-Agent": DEFAULT_USER_AGENT},
+                headers={"User-Agent": self._user_agent},
             )
         return self._session
 
@@ -132,7 +134,8 @@ class WebhookSender:
         def keep(entry: object) -> None:
             messages.append(str(getattr(entry, "message", entry)))
 
-        client = apprise.Apprise()
+        # Apprise's HTTP plugins send its asset's app_id as their User-Agent.
+        client = apprise.Apprise(asset=apprise.AppriseAsset(app_id=self._user_agent))
         if not client.add(url):
             return SendResult(False, error="Apprise no longer accepts this URL")
         try:

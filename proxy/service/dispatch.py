@@ -44,7 +44,7 @@ from proxy.notify.render import render_text
 from proxy.notify.senders import Sender, SendResult
 from proxy.notify.signing import webhook_headers
 from proxy.service.metrics import ServiceMetrics
-from proxy.store import AttemptOutcome, DeliveryState, DueDelivery, Store
+from proxy.store import TARGET_DISABLED_ERROR, AttemptOutcome, DeliveryState, DueDelivery, Store
 
 log = structlog.get_logger("proxy.delivery")
 
@@ -223,7 +223,7 @@ class Dispatcher:
             if d.target_disabled is not None:
                 outcome = AttemptOutcome(
                     d.id, d.target_id, now, "failed", now,
-                    error=f"target disabled: {d.target_disabled}", attempted=False)
+                    error=f"{TARGET_DISABLED_ERROR}{d.target_disabled}", attempted=False)
             else:
                 result = await self._send(d)
                 outcome = decide(d, result, self._now(), self.policy, self.rng)

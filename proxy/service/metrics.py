@@ -144,10 +144,11 @@ class ServiceMetrics:
         budget_used: int,
         budget_offered: int,
         ceis: Mapping[str, int],
+        deliveries: Mapping[str, int] | None = None,
     ) -> None:
         """Start the totals from the database's (once per process: counters only go up).
 
-        ``probes`` by outcome and the budget sums go into the counters; resolved
+        ``probes`` and ``deliveries`` by outcome and the budget sums go into the counters; resolved
         ``ceis`` by state become the base the CEI gauges and completeness add the
         engine's counts to. A second call (the lease lost and won again) changes
         nothing: this process's counters already hold what it did.
@@ -158,6 +159,9 @@ class ServiceMetrics:
         for outcome, n in probes.items():
             if n > 0:
                 self.probes.labels(outcome=outcome).inc(n)
+        for outcome, n in (deliveries or {}).items():
+            if n > 0:
+                self.deliveries.labels(outcome=outcome).inc(n)
         if budget_used > 0:
             self.budget_used_total.inc(budget_used)
         if budget_offered > 0:

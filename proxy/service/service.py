@@ -415,7 +415,8 @@ class ProxyService:
                                 await store.cei_id_high_water())
         totals = await store.metric_totals()
         # Issue 23: the totals users read as totals start from the database's, not from zero.
-        self.metrics.restore_totals(totals.probes, totals.budget_used, totals.budget_offered, totals.ceis)
+        self.metrics.restore_totals(totals.probes, totals.budget_used, totals.budget_offered, totals.ceis,
+                                    totals.deliveries)
         # The restored rules, specs and engine columns live as long as the process: move them
         # out of the cyclic GC's scans, whose full passes over 100,000 profiles' objects
         # otherwise stall the loop for hundreds of milliseconds (docs/bench-service.md).
@@ -433,7 +434,8 @@ class ProxyService:
             # are due at once: the dispatcher's first look finds them.
             self._dispatcher = Dispatcher(
                 store, self._sender or WebhookSender(
-                    fetcher_settings(s).address_policy, timeout=s.delivery_timeout_seconds),
+                    fetcher_settings(s).address_policy, timeout=s.delivery_timeout_seconds,
+                    user_agent=s.user_agent),
                 self.metrics,
                 RetryPolicy(s.delivery_retry_base_seconds, s.delivery_retry_max_seconds,
                             s.delivery_retry_window_seconds),

@@ -15,9 +15,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
+    from proxy.core.model import Workload
     from proxy.sim.generate import GenParams
+    from proxy.sim.pull import PullOptions
+    from proxy.sim.run import Result
+    from proxy.sim.sweep import SweepRow
 
 sim_app = typer.Typer(no_args_is_help=True)
 
@@ -146,6 +151,7 @@ def run(
     from tqdm import tqdm
 
     from proxy.core.model import WorkloadError
+    from proxy.sim._worker import run_killable
     from proxy.sim.pull import (
         PLANNERS,
         Background,
@@ -154,7 +160,7 @@ def run(
         update_eis,
         updates_from_meta,
     )
-    from proxy.sim.run import OFFLINE, simulate
+    from proxy.sim.run import OFFLINE
     from proxy.sim.workload_io import read_workload, write_result
 
     if policy not in OFFLINE and policy not in PLANNERS:
@@ -189,15 +195,39 @@ def run(
     from proxy.core.optimum import OptimumTooLargeError
 
     if policy in OFFLINE:
-        # HiGHS reports no progress we could draw; say what is happening instead.
-        typer.echo(f"solving {policy} with HiGHS (time limit: {time_limit or 'none'})…", err=True)
+        # Fail here, named by the entry point, not in the worker (where it would only be re-raised).
+        import scipy.optimize  # noqa: F401
+
+    # A bar on a terminal; elsewhere (logs, pipes) a line per tenth of the epoch instead.
+    lines = not sys.stderr.isatty()
+    step = max(1, workload.chronons // 10)
+    done = 0
     with tqdm(total=workload.chronons, desc=policy, unit="chronon", file=sys.stderr,
               disable=True if policy in OFFLINE else None) as bar:
+
+        def on_chronons(n: int) -> None:
+            nonlocal done
+            before, done = done, done + n
+            bar.update(n)
+            if lines and (done // step > before // step or done == workload.chronons):
+                print(f"run: {policy}: chronon {done}/{workload.chronons}", file=sys.stderr, flush=True)
+
+        def on_started() -> None:
+            if policy in OFFLINE:
+                # HiGHS reports no progress we could draw; say what is happening instead.
+                typer.echo(f"solving {policy} with HiGHS (time limit: {time_limit or 'none'})…", err=True)
+
         try:
-            result = simulate(workload, policy, time_limit=time_limit, max_variables=max_variables,
-                              progress=bar.update, reveal=mode, pull=pull)
+            outcome = run_killable(_run_target, (workload, policy, time_limit, max_variables, mode, pull),
+                                   on_chronons, name="run", on_started=on_started)
         except OptimumTooLargeError as exc:
             raise _fail(str(exc)) from None
+    if outcome.interrupted:
+        at = "during the solve" if policy in OFFLINE else f"at chronon {done}/{workload.chronons}"
+        typer.echo(f"interrupted: {policy} stopped {at}; nothing written (a partial schedule "
+                   "has no completeness)", err=True)
+        raise typer.Exit(code=130)  # 128 + SIGINT, as a shell reports it
+    result: Result = outcome.value
     engine_captured = result.extra.get("engine_captured")
     if engine_captured is not None and engine_captured != result.captured:
         # There is one engine; if it and the independent scorer disagree, one has a bug.
@@ -219,6 +249,15 @@ def run(
             line += f", {ex['predicted_eis']} predicted EIs"
         line += ")"
     typer.echo(line)
+
+
+def _run_target(send: Callable[[int], None], workload: Workload, policy: str, time_limit: float | None,
+                max_variables: int | None, reveal: str, pull: PullOptions | None) -> Result:
+    """One policy's run, in :func:`run_killable`'s child: chronons done are sent as they pass."""
+    from proxy.sim.run import simulate
+
+    return simulate(workload, policy, time_limit=time_limit, max_variables=max_variables,
+                    progress=send, reveal=reveal, pull=pull)
 
 
 @sim_app.command()
@@ -273,7 +312,8 @@ def sweep(
     from tqdm import tqdm
 
     from proxy.core.policies import policy_names
-    from proxy.sim.sweep import format_table, parse_vary, points, run_sweep, summarise
+    from proxy.sim._worker import run_killable
+    from proxy.sim.sweep import format_table, parse_vary, points, summarise
 
     base = _params(resources, profiles, chronons, budget, lam, rank, life, window, alpha, beta,
                    exact_rank, reveal, rate_sigma)
@@ -286,28 +326,60 @@ def sweep(
     except ValueError as exc:
         raise _fail(str(exc)) from None
     runs = len(points(varied)) * seeds * (len(policy) + int(optimal) + int(lp_bound))
+    # A bar on a terminal; elsewhere (logs, pipes) a line per finished run instead.
+    lines = not sys.stderr.isatty()
+    finished: list[SweepRow] = []
     with tqdm(total=runs, desc="sweep", unit="run", disable=None, file=sys.stderr) as bar:
+
+        def on_row(row: SweepRow) -> None:
+            finished.append(row)
+            bar.update()
+            if lines:
+                where = " ".join(f"{n}={v}" for n, v in row.point)
+                print(f"sweep: run {len(finished)}/{runs}: {where + ' ' if where else ''}seed {row.seed} "
+                      f"{row.policy} completeness {row.completeness:.4f}", file=sys.stderr, flush=True)
+
         try:
-            rows = run_sweep(base, varied, list(range(seeds)), policy, with_optimal=optimal,
-                             with_lp_bound=lp_bound, time_limit=time_limit, on_run=bar.update)
+            outcome = run_killable(_sweep_target, (base, varied, list(range(seeds)), policy, optimal,
+                                                   lp_bound, time_limit), on_row, name="sweep")
         except ValueError as exc:
             raise _fail(str(exc)) from None
-    header, lines = summarise(rows)
-    typer.echo(format_table(header, lines))
-    if csv_out is not None:
-        names = list(dict.fromkeys(n for r in rows for n, _ in r.point))
-        with csv_out.open("w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow([*names, "seed", "policy", "captured", "total", "completeness",
-                        "share_of_optimum", "runtime_s", "status", "bound"])
-            for r in rows:
-                values = dict(r.point)
-                w.writerow([*(values.get(n, "") for n in names), r.seed, r.policy, r.captured,
-                            r.total, f"{r.completeness:.6f}",
-                            "" if r.share_of_optimum is None else f"{r.share_of_optimum:.6f}",
-                            f"{r.runtime_s:.6f}", r.status,
-                            "" if r.bound is None else f"{r.bound:.6f}"])
+    rows: list[SweepRow] = finished if outcome.interrupted else outcome.value
+    if rows:
+        header, table = summarise(rows)
+        typer.echo(format_table(header, table))
+    if csv_out is not None and rows:
+        _write_sweep_csv(rows, csv_out)
         typer.echo(f"wrote {csv_out} ({len(rows)} rows)")
+    if outcome.interrupted:
+        kept = f"in {csv_out}" if csv_out is not None and rows else "in the table above" if rows else ""
+        typer.echo(f"interrupted: kept {len(rows)} of {runs} finished runs {kept}".rstrip(), err=True)
+        raise typer.Exit(code=130)  # 128 + SIGINT, as a shell reports it
+
+
+def _sweep_target(send: Callable[[SweepRow], None], base: GenParams, varied: dict[str, list[object]],
+                  seeds: list[int], policies: list[str], optimal: bool, lp_bound: bool,
+                  time_limit: float | None) -> list[SweepRow]:
+    """The sweep itself, in :func:`run_killable`'s child: each row is sent as it is made."""
+    from proxy.sim.sweep import run_sweep
+
+    return run_sweep(base, varied, seeds, policies, with_optimal=optimal, with_lp_bound=lp_bound,
+                     time_limit=time_limit, on_row=send)
+
+
+def _write_sweep_csv(rows: list[SweepRow], path: Path) -> None:
+    names = list(dict.fromkeys(n for r in rows for n, _ in r.point))
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow([*names, "seed", "policy", "captured", "total", "completeness",
+                    "share_of_optimum", "runtime_s", "status", "bound"])
+        for r in rows:
+            values = dict(r.point)
+            w.writerow([*(values.get(n, "") for n in names), r.seed, r.policy, r.captured,
+                        r.total, f"{r.completeness:.6f}",
+                        "" if r.share_of_optimum is None else f"{r.share_of_optimum:.6f}",
+                        f"{r.runtime_s:.6f}", r.status,
+                        "" if r.bound is None else f"{r.bound:.6f}"])
 
 
 @sim_app.command()

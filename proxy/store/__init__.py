@@ -25,6 +25,7 @@ from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
 from proxy.store._types import (
     CEI_STATES,
+    TARGET_DISABLED_ERROR,
     ApiKey,
     AttemptOutcome,
     CapturedEntry,
@@ -67,6 +68,7 @@ from proxy.store.migrate import current_revision, downgrade_database, upgrade_da
 __all__ = [
     "CEI_STATES",
     "INVARIANTS",
+    "TARGET_DISABLED_ERROR",
     "ApiKey",
     "AttemptOutcome",
     "AuditReport",

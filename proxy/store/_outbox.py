@@ -180,7 +180,7 @@ class Outbox(AccountsAndFeeds):
             )
             for row in await conn.execute(
                 select(
-                    CeiRow.id, CeiRow.profile_id, CeiRow.rule_id, CeiRow.release,
+                    CeiRow.id, CeiRow.profile_id, CeiRow.rule_id, CeiRow.release, CeiRow.fired,
                     ProfileRow.user_id, ProfileRow.name.label("profile_name"),
                     RuleRow.name.label("rule_name"),
                 )
@@ -338,7 +338,7 @@ class Outbox(AccountsAndFeeds):
             profile=NamedRef(id=cei.profile_id, name=cei.profile_name),
             rule=None if cei.rule_id is None or cei.rule_name is None
             else NamedRef(id=cei.rule_id, name=cei.rule_name),
-            cei=CeiInfo(id=change.cei_id, state=state, release=cei.release,
+            cei=CeiInfo(id=change.cei_id, state=state, fired=bool(cei.fired), release=cei.release,
                         resolved_chronon=change.resolved_chronon,
                         resolved_at=at(change.resolved_chronon)),
             eis=items,

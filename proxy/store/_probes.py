@@ -6,7 +6,19 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -28,6 +40,7 @@ from proxy.store._models import (
     CaptureRow,
     CeiRow,
     ChrononMetricsRow,
+    DeliveryRow,
     EiRow,
     EntryRow,
     FeedRow,
@@ -37,6 +50,7 @@ from proxy.store._models import (
 )
 from proxy.store._profiles import ProfilesAndCeis
 from proxy.store._types import (
+    TARGET_DISABLED_ERROR,
     CapturedEntry,
     CaptureInput,
     CeiStateChange,
@@ -53,6 +67,7 @@ from proxy.store._types import (
     ProbeRecord,
     ProfileCompleteness,
     PurgeResult,
+    delivery_outcome_totals,
 )
 
 
@@ -465,7 +480,8 @@ class ProbesAndMetrics(ProfilesAndCeis):
         )
 
     async def metric_totals(self) -> MetricTotals:
-        """Probes by outcome, the budget sums and CEIs by state: four aggregate queries."""
+        """Probes by outcome, the budget sums, CEIs by state and delivery outcomes: four
+        aggregate queries."""
         async with self._tx() as conn:
             probes = {str(o): int(n) for o, n in await conn.execute(
                 select(ProbeRow.outcome, func.count()).group_by(ProbeRow.outcome))}
@@ -474,7 +490,15 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 func.coalesce(func.sum(ChrononMetricsRow.budget), 0)))).one()
             ceis = {str(s): int(n) for s, n in await conn.execute(
                 select(CeiRow.state, func.count()).group_by(CeiRow.state))}
-        return MetricTotals(probes=probes, budget_used=int(used), budget_offered=int(offered), ceis=ceis)
+            deliveries = {str(s): (int(n), int(a or 0), int(g or 0), int(d or 0)) for s, n, a, g, d in
+                          await conn.execute(select(
+                              DeliveryRow.state, func.count(), func.sum(DeliveryRow.attempts),
+                              func.sum(case((DeliveryRow.last_status == 410, 1), else_=0)),
+                              func.sum(case((DeliveryRow.last_error.startswith(TARGET_DISABLED_ERROR), 1),
+                                            else_=0)),
+                          ).group_by(DeliveryRow.state))}
+        return MetricTotals(probes=probes, budget_used=int(used), budget_offered=int(offered), ceis=ceis,
+                            deliveries=delivery_outcome_totals(deliveries))
 
     async def list_entries(self, feed_id: int, *, limit: int = 50, offset: int = 0) -> list[Entry]:
         """A feed's entries, most recently first seen first."""

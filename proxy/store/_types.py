@@ -242,6 +242,37 @@ class MetricTotals:
     budget_used: int  # probes started, summed over the recorded chronons
     budget_offered: int  # budget, summed over the recorded chronons
     ceis: dict[str, int]  # CEIs by state
+    # Delivery attempts by the dispatcher's outcome label, read back from the rows
+    # (:func:`delivery_outcome_totals`; retention purges settled ones).
+    deliveries: dict[str, int] = field(default_factory=dict)
+
+
+#: The error a delivery given up because its target is disabled stores (``Dispatcher``);
+#: such an outcome is not an attempt, so the totals tell it from a failed send by it.
+TARGET_DISABLED_ERROR = "target disabled: "
+
+
+def delivery_outcome_totals(by_state: dict[str, tuple[int, int, int, int]]) -> dict[str, int]:
+    """``proxy_deliveries_total`` by outcome from the delivery rows, per state:
+    ``(rows, attempts summed, rows ended by a 410, rows given up on a disabled target)``.
+
+    Every attempt is one outcome: a row's last is its state's (``delivered``; for a
+    failed row ``gone`` on a 410, ``failed`` otherwise), every earlier one a ``retry``;
+    a row given up on a disabled target ends with a ``target_disabled`` outcome that
+    was no attempt, and a pending row's attempts were all retries.
+    """
+    empty = (0, 0, 0, 0)
+    delivered, delivered_attempts, _, _ = by_state.get("delivered", empty)
+    failed, failed_attempts, gone, disabled = by_state.get("failed", empty)
+    _, pending_attempts, _, _ = by_state.get("pending", empty)
+    sent_last = failed - disabled  # failed rows whose last outcome was an attempt
+    return {
+        "delivered": delivered,
+        "retry": pending_attempts + (delivered_attempts - delivered) + (failed_attempts - sent_last),
+        "failed": sent_last - gone,
+        "gone": gone,
+        "target_disabled": disabled,
+    }
 
 
 @dataclass(frozen=True, slots=True)
