@@ -51,3 +51,12 @@ def listen_socket(host: str, port: int, *, fallback: bool = True) -> tuple[socke
         if not fallback or port == 0:
             raise
     return _bound(host, 0), True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the system's pick), for a child process to take.
+
+    Another process may take it first: callers start their server at once and retry if not."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -20,15 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from proxy.ports import free_port
+
 NATS_SERVER = shutil.which("nats-server") or next(
     (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if os.path.exists(p)), None)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _listening(port: int) -> bool:

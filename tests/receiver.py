@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from proxy.ports import free_port
 
 
 @dataclass

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,18 +24,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.ports import free_port
 from tests.test_e2e_support import eventually
 
 pytestmark = pytest.mark.slow
 
 ST = shutil.which("st", path=str(Path(sys.executable).parent)) or "st"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _env(database_url: str) -> dict[str, str]:
@@ -99,7 +93,7 @@ async def _fuzz(database_url: str, tmp_path: Path) -> None:
     assert rc == 0, out
     key = out.strip().splitlines()[-1]
     log = tmp_path / "serve.log"
-    async with _serve(env, _free_port(), log) as base:
+    async with _serve(env, free_port(), log) as base:
         rc, out = await _run(
             ST, "run", f"{base}/openapi.json",
             "--checks", "not_a_server_error,status_code_conformance",

@@ -9,13 +9,8 @@ import socket
 import pytest
 import structlog
 
+from proxy.ports import free_port
 from proxy.service.demo import DemoPrinter, run_demo
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_printer_renders_probe_and_cei_lines_with_names() -> None:
@@ -44,7 +39,7 @@ def test_printer_renders_probe_and_cei_lines_with_names() -> None:
 @pytest.mark.slow
 async def test_demo_shows_probes_and_ceis_and_prints_key_and_docs(tmp_path) -> None:
     out = io.StringIO()
-    port = _free_port()
+    port = free_port()
     try:
         counts = await run_demo(port=port, seconds=5.0, chronon=0.2, budget=1, policy="mrsf-p",
                                 database=tmp_path / "demo.sqlite3", seed=1, out=out)

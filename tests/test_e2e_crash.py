@@ -23,8 +23,9 @@ import httpx
 import pytest
 
 from proxy.farm import FeedFarm
+from proxy.ports import free_port
 from proxy.store import Store
-from tests.test_e2e_sigkill import _cli, _env, _free_port, _ready, _serve
+from tests.test_e2e_sigkill import _cli, _env, _ready, _serve
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,7 @@ async def _crash_run(tmp_path: Path, url: str, seed: int) -> None:
     env = _env(url)
     env["PROXY_CHRONON_SECONDS"] = "0.1"
     key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     faulty = dict(env, PROXY_TEST_FAULTS=(
         "writer.between_units=0.01,writer.before_commit=0.01,writer.after_commit=0.01"))

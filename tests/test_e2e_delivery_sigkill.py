@@ -24,12 +24,14 @@ import pytest
 from proxy.farm import FeedFarm
 from tests.receiver import Receiver
 from tests.test_e2e_delivery import rank_one
-from tests.test_e2e_sigkill import _cli, _env, _free_port, _ready, _serve
+from tests.test_e2e_sigkill import _cli, _env, _ready, _serve
 from tests.test_e2e_support import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "machinery"))
 
 from bench_delivery_kill import KillRun, describe, run
+
+from proxy.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +48,7 @@ async def test_sigkill_between_commit_and_acknowledgement_still_delivers(tmp_pat
                 "PROXY_DELIVERY_RETRY_BASE_SECONDS": "0.05",
                 "PROXY_DELIVERY_RETRY_MAX_SECONDS": "0.2"})
     key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     async with FeedFarm(["blog"], prefill=2) as farm, Receiver(mode="hang") as rx, httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=10

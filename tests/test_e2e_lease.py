@@ -23,9 +23,10 @@ import pytest
 from sqlalchemy import text
 
 from proxy.farm import FeedFarm
+from proxy.ports import free_port
 from proxy.service.leader import LOOP_LEASE
 from proxy.store import Store
-from tests.test_e2e_sigkill import _cli, _env, _free_port, _serve
+from tests.test_e2e_sigkill import _cli, _env, _serve
 from tests.test_e2e_support import eventually, parse_metrics
 
 pytestmark = pytest.mark.slow
@@ -103,7 +104,7 @@ async def run_two_serves(url: str, tmp_path: Path) -> float:
     env = _lease_env(url)
     key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
     auth = {"Authorization": f"Bearer {key}"}
-    port_a, port_b = _free_port(), _free_port()
+    port_a, port_b = free_port(), free_port()
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     async with FeedFarm(list(FEEDS), prefill=2) as farm, \
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_a}", headers=auth, timeout=10) as a, \
@@ -175,12 +176,12 @@ async def test_two_serves_on_postgres_one_loop_and_takeover_after_sigkill(
 async def test_standby_exit_makes_the_second_serve_exit_with_a_clear_message(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
     env = _lease_env(url)
-    port_a = _free_port()
+    port_a = free_port()
     async with _serve(env, port_a, tmp_path / "a.log"), httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port_a}", timeout=10) as a:
         await _status(a, "ready")
         second = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "proxy.cli", "serve", "--port", str(_free_port()),
+            sys.executable, "-m", "proxy.cli", "serve", "--port", str(free_port()),
             env=_lease_env(url, PROXY_STANDBY="exit", PROXY_LOG_FORMAT="console"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(second.communicate(), 30)

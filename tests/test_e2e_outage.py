@@ -26,10 +26,11 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from proxy.farm import FeedFarm
+from proxy.ports import free_port
 from proxy.store import Store
 from proxy.store._models import ChrononMetricsRow, ProbeRow
 from tests.fault_proxy import FaultProxy
-from tests.test_e2e_sigkill import _cli, _env, _free_port, _ready, _serve
+from tests.test_e2e_sigkill import _cli, _env, _ready, _serve
 from tests.test_e2e_support import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -78,7 +79,7 @@ async def test_the_loop_outlives_a_database_outage_and_loses_nothing(
         env.update({"PROXY_CHRONON_SECONDS": "0.1", "PROXY_LEASE_TTL_SECONDS": "30",
                     "PROXY_WRITE_LAG_READY_SECONDS": "2"})
         key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
-        port = _free_port()
+        port = free_port()
         log = tmp_path / "serve.log"
         async with FeedFarm([f"f{i}" for i in range(FEEDS)], prefill=2) as farm, \
                 httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
@@ -160,7 +161,7 @@ async def _backlogged_serve(tmp_path: Path, url: str, pg: FaultProxy, drain: flo
     env.update({"PROXY_CHRONON_SECONDS": "0.1", "PROXY_LEASE_TTL_SECONDS": "60",
                 "PROXY_DRAIN_SECONDS": str(drain)})
     key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     sink = log.open("ab")
     proc = await asyncio.create_subprocess_exec(

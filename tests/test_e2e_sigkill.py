@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -22,16 +21,11 @@ import httpx
 import pytest
 
 from proxy.farm import FeedFarm
+from proxy.ports import free_port
 from tests.test_e2e_support import eventually, motivating
 
 pytestmark = pytest.mark.slow
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _env(database_url: str) -> dict[str, str]:
@@ -101,7 +95,7 @@ async def test_sigkill_loses_nothing_and_the_run_goes_on(tmp_path: Path) -> None
     env = _env(f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}")
     key = (await _cli(env, "users", "create", "alice")).strip().splitlines()[-1]
     auth = {"Authorization": f"Bearer {key}"}
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     async with FeedFarm(["mish", "cnn", "money"], prefill=2) as farm, httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=10

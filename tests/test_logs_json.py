@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,20 +19,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.ports import free_port
 from proxy.service.logs import _DemoteChatter
 
 PROXY = Path(sys.executable).with_name("proxy")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.slow
 def test_every_line_of_a_real_serve_run_is_json(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PROXY_")},
         "PROXY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}",

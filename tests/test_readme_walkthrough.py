@@ -15,12 +15,13 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from proxy.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +37,6 @@ def walkthrough() -> str:
     return block.group(1)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_the_walkthrough_names_what_this_test_replaces() -> None:
     script = walkthrough()
@@ -50,7 +46,7 @@ def test_the_walkthrough_names_what_this_test_replaces() -> None:
 
 
 def test_the_readme_walkthrough_runs_offline_and_the_rule_fires(tmp_path: Path) -> None:
-    api, farm = _free_port(), _free_port()
+    api, farm = free_port(), free_port()
     script = walkthrough()
     for old, new in (("8000", str(api)), ("8001", str(farm)), (".venv/bin/proxy", str(PROXY))):
         script = script.replace(old, new)

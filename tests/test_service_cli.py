@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from proxy.cli import app
+from proxy.ports import free_port
 
 
 @pytest.mark.parametrize(
@@ -48,10 +49,10 @@ async def test_serve_root_path_puts_the_prefix_in_the_web_interfaces_links(tmp_p
 
     import httpx
 
-    from tests.test_e2e_sigkill import _env, _free_port
+    from tests.test_e2e_sigkill import _env
     from tests.test_e2e_support import eventually
 
-    port = _free_port()
+    port = free_port()
     env = _env(f"sqlite+aiosqlite:///{tmp_path / 'p.sqlite3'}")
     log = tmp_path / "serve.log"
     with log.open("ab") as sink:

@@ -37,7 +37,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -48,6 +47,7 @@ from typing import Any
 import httpx
 
 from proxy.farm import FarmProcess
+from proxy.ports import free_port
 
 JITTER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -55,12 +55,6 @@ JITTER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class BenchError(RuntimeError):
     pass
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def service_env(database_url: str, budget: int, chronon: float, extra: dict[str, str]) -> dict[str, str]:

@@ -45,7 +45,6 @@ import platform
 import random
 import shlex
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -64,6 +63,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from standardwebhooks.webhooks import Webhook
 
 from proxy.farm import FeedFarm
+from proxy.ports import free_port
 from proxy.store._models import (
     CeiRow,
     ChrononMetricsRow,
@@ -217,12 +217,6 @@ class Audit:
                 and self.other_id_duplicates == 0 and self.unknown_ids == 0
                 and self.unverified == 0 and self.not_delivered == 0 and self.stuck_ceis == 0)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def service_env(database_url: str) -> dict[str, str]:

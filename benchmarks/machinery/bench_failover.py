@@ -27,7 +27,6 @@ import datetime as dt
 import os
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -36,17 +35,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from proxy.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench-failover -->", "<!-- /bench-failover -->"
 ADMIN = os.environ.get("PROXY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _admin(sql: str) -> None:
@@ -85,7 +80,7 @@ async def _until(check: Any, within: float, what: str) -> Any:
 class Proc:
     def __init__(self, role: str, env: dict[str, str], log: Path) -> None:
         self.role, self.env, self.log = role, env, log
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -120,7 +115,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     name = f"proxy_failover_{uuid.uuid4().hex[:10]}"
     await _admin(f'CREATE DATABASE "{name}"')
     url = make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
-    nats_port = _free_port()
+    nats_port = free_port()
     (tmp / "js").mkdir()
     nats = await asyncio.create_subprocess_exec(
         shutil.which("nats-server") or "/usr/sbin/nats-server", "-js", "-a", "127.0.0.1", "-p",

@@ -27,22 +27,17 @@ import datetime as dt
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from proxy.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench-workers -->", "<!-- /bench-workers -->"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _wait_port(port: int, within: float = 30.0) -> None:
@@ -78,7 +73,7 @@ async def _run(args: argparse.Namespace, base: str, tmp: Path) -> list[tuple[int
     from proxy.store import upgrade_database
 
     nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    nats_port = _free_port()
+    nats_port = free_port()
     store_dir = tmp / "js"
     store_dir.mkdir()
     nats = await asyncio.create_subprocess_exec(
@@ -116,7 +111,7 @@ async def _run(args: argparse.Namespace, base: str, tmp: Path) -> list[tuple[int
                 return ok
 
             for n in args.workers:
-                procs, ports = [], [_free_port() for _ in range(n)]
+                procs, ports = [], [free_port() for _ in range(n)]
                 for port in ports:
                     procs.append(await asyncio.create_subprocess_exec(
                         sys.executable, "-m", "proxy.cli", "serve", "--role", "worker", "--port",

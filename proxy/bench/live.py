@@ -44,7 +44,6 @@ import datetime as dt
 import json
 import logging
 import math
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -62,6 +61,7 @@ from proxy.bench.metrics import (
     quantiles,
 )
 from proxy.core.model import CEI, EI, Workload
+from proxy.ports import free_port
 
 PHASE = -0.1
 """When update ``u`` is published, in chronons from the start of chronon ``u`` (default)."""
@@ -380,11 +380,6 @@ class LiveRecords:
     """Longest queue of the service's persistence writer."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def within_text(window: int, chronon_seconds: float) -> str:
     """``window`` chronons as a whole-second rule duration; refuses lengths that do not divide."""
@@ -518,7 +513,7 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
     log_path.unlink(missing_ok=True)
     values: dict[str, Any] = {
         "database_url": db_url, "chronon_seconds": length, "budget": cfg.budget, "policy": cfg.policy,
-        "allow_private_networks": True, "host": "127.0.0.1", "port": _free_port(),
+        "allow_private_networks": True, "host": "127.0.0.1", "port": free_port(),
         # Every farm feed shares host 127.0.0.1: no politeness delay, wide concurrency.
         "per_host_concurrency": 512, "per_host_min_delay_seconds": 0.0,
         # One log line per probe would cost more CPU than the probe.
