@@ -116,6 +116,16 @@ class WebUi:
             return None
         return form
 
+    async def _posted(self, request: Request) -> tuple[WebSession, FormData] | Response:
+        """A form POST's session and form; else the answer: sign in first, or 403 (CSRF)."""
+        session = await self._session(request)
+        if session is None:
+            return self._to_sign_in(request)
+        form = await self._form(request, session)
+        if form is None:
+            return self._forbidden(request, session)
+        return session, form
+
     def _forbidden(self, request: Request, session: WebSession | None) -> HTMLResponse:
         return self._page(request, "message.html", session, status=403, title="Refused",
                           message="The form's CSRF token is missing or wrong: reload the page and "
@@ -167,11 +177,9 @@ class WebUi:
         return response
 
     async def sign_out(self, request: Request) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        if await self._form(request, session) is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
         response = self._to_sign_in(request)
         response.delete_cookie(COOKIE, path=_base(request), secure=self.secure, httponly=True,
                                samesite="lax")
@@ -259,12 +267,10 @@ class WebUi:
         return None
 
     async def create_from_form(self, request: Request) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        form = await self._form(request, session)
-        if form is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, form = posted
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         multi = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}
         errors = FormErrors()
@@ -275,12 +281,10 @@ class WebUi:
         return RedirectResponse(f"{_base(request)}/profiles/{pid}", status_code=303)
 
     async def create_from_json(self, request: Request) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        form = await self._form(request, session)
-        if form is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, form = posted
         text = str(form.get("spec", ""))
         errors = FormErrors()
         spec = parse_json_spec(text, errors)
@@ -324,12 +328,10 @@ class WebUi:
         )
 
     async def replace_from_json(self, request: Request, profile_id: int) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        form = await self._form(request, session)
-        if form is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, form = posted
         text = str(form.get("spec", ""))
         errors = FormErrors()
         spec = parse_json_spec(text, errors)
@@ -344,11 +346,10 @@ class WebUi:
         return RedirectResponse(f"{_base(request)}/profiles/{pid}", status_code=303)
 
     async def delete_profile(self, request: Request, profile_id: int) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        if await self._form(request, session) is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, _ = posted
         try:
             await self._service(request).delete_profile(session.user_id, profile_id)
         except NotFoundError as exc:
@@ -384,12 +385,10 @@ class WebUi:
         return await self._feeds_page(request, session)
 
     async def add_feed(self, request: Request) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        form = await self._form(request, session)
-        if form is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, form = posted
         url = str(form.get("url", "")).strip()
         if not url:
             return await self._feeds_page(request, session, status=422, url_error="enter the feed's URL")
@@ -401,11 +400,10 @@ class WebUi:
         return await self._feeds_page(request, session, message=f"Feed {registered.feed.id} {what}: {url}")
 
     async def delete_feed(self, request: Request, feed_id: int) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        if await self._form(request, session) is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, _ = posted
         try:
             await self._service(request).delete_feed(session.user_id, feed_id)
         except NotFoundError as exc:
@@ -432,12 +430,10 @@ class WebUi:
                           why=why.replace(shared, own), model=service.update_model(feed_id))
 
     async def import_feeds(self, request: Request) -> Response:
-        session = await self._session(request)
-        if session is None:
-            return self._to_sign_in(request)
-        form = await self._form(request, session)
-        if form is None:
-            return self._forbidden(request, session)
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, form = posted
         upload = form.get("file")
         document = b"" if upload is None or isinstance(upload, str) else await upload.read()
         await form.close()
