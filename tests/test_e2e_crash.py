@@ -4,7 +4,7 @@ SQLite and PostgreSQL, then audited by ``proxy db check``.
 Some kills come from outside at a random moment; the others from the service itself,
 through ``PROXY_TEST_FAULTS``, exactly between the statements of a write round,
 before its commit or just after it. After every restart: no firing refused or dropped
-(no ``persist_refused``, no ``op_skipped`` in the logs), every profile the API
+(no ``persist_refused``, no ``op_refused`` in the logs), every profile the API
 acknowledged is there, and each rule's CEI ids run 0, 1, 2 … without a gap or a
 repeat (an id is never handed out twice, and every CEI the evaluator opened and
 the database kept is one of them). At the end ``proxy db check`` finds no violation.
@@ -131,7 +131,7 @@ async def _crash_run(tmp_path: Path, url: str, seed: int) -> None:
     assert names.count("service_started") >= 2, "the service never restarted"
     assert "persist_refused" not in names
     assert "writer_round_failed" not in names
-    skipped = [e for e in events if e.get("event") == "op_skipped"]
+    skipped = [e for e in events if e.get("event") == "op_refused"]
     assert not skipped, skipped[:5]
     assert "writer_stopped_with_backlog" not in names
 

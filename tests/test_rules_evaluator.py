@@ -378,6 +378,19 @@ def test_missed_watch_cei_is_sealed_and_keeps_its_place() -> None:
     ]
 
 
+def test_closed_watch_cei_emits_nothing_and_keeps_its_place() -> None:
+    # close() is on_trigger_missed without the seal: the verdict is already stored elsewhere.
+    ev = evaluator(AUCTIONS)
+    ev.on_notification(10, 1)
+    assert ev.open_cei_ids() == ["p/0:0"]
+    ev.close(["p/0:0", "p/0:99"])  # an unknown id is ignored
+    assert ev.open_cei_ids() == [] and ev.take_dirty() == ["p/0"]
+    assert ev.on_trigger_missed("p/0:0") == []
+    assert [op for r, t in [(11, 3), (12, 5), (10, 5), (10, 6)] for op in ev.on_notification(r, t)] == [
+        OpenCei("p/0:1", "p", "p/0", ((10, 6, 16),), False)
+    ]
+
+
 def _ceis_from_ops(ops: list[Op]) -> list[frozenset[tuple[int, int, int]]]:
     eis: dict[str, list[tuple[int, int, int]]] = {}
     done: list[str] = []

@@ -92,11 +92,34 @@ def test_unknown_feed_is_named_by_its_field() -> None:
         check_feeds(ProfileSpec.model_validate(body), rt.feeds)
 
 
-def test_ops_on_ceis_the_engine_forgot_are_skipped() -> None:
+def test_an_op_the_engine_refuses_is_counted_not_hidden() -> None:
     from proxy.rules import RevealEi, SealCei
 
     rt = _runtime()
     assert rt.apply([SealCei("r7:41"), RevealEi("r7:41", 0, 0, 1, seal=True)]) == []
+    assert rt.tally.refused_ops == 2
+
+
+def test_restore_closes_ceis_resolved_before_the_crash() -> None:
+    # r7:0 opened at 0 and was captured before the crash: the store holds it resolved (not
+    # pending), the saved rule state still lists it open until its sweep (window + grace).
+    rt = _runtime()
+    rt.install(_profile(), restore_states=False)
+    rt.engine.advance(0)
+    rt.apply(rt.evaluator.on_tick(0))
+    state = rt.evaluator.snapshot_state(rule_key(7))
+    assert [c for c, _, _ in state["open"]] == ["r7:0"]
+
+    again = _runtime()
+    steps = again.restore([_profile(state)], [], now=1, high_water={7: 1})
+    assert again.evaluator.open_cei_ids() == []
+    saved = [s for s in steps if isinstance(s, RuleStates)]
+    assert saved and saved[-1].states[0][1]["open"] == []  # the closed state is written back
+    for t in range(1, 200):  # past the sweep of r7:0, with r7:1, r7:2 ... opening and sealing
+        again.engine.advance(t)
+        again.apply(again.evaluator.on_tick(t))
+        again.drain_all()
+    assert again.tally.refused_ops == 0  # without the close, r7:0's sweep SealCei is refused
 
 
 def test_restore_after_a_long_downtime_keeps_captures_and_goes_on() -> None:

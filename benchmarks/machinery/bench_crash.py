@@ -15,7 +15,7 @@ again each time; between kills a client creates two more profiles (acknowledged
 = answered 201). At the end it is stopped with SIGTERM (its backlog drained) and
 the database is audited:
 
-- *refused*: ``persist_refused``, ``op_skipped`` and ``writer_round_failed`` log lines
+- *refused*: ``persist_refused``, ``op_refused`` and ``writer_round_failed`` log lines
   (a firing the engine or the database refused: each is a firing dropped);
 - *id gaps*: per rule, CEI ids that are not exactly ``0..n-1`` (an id handed out twice,
   or a CEI decided and lost);
@@ -264,7 +264,7 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
             stop.set()
             await pub
     events = log_events(log)
-    res.refused = sum(e.get("event") in {"persist_refused", "op_skipped", "writer_round_failed"}
+    res.refused = sum(e.get("event") in {"persist_refused", "op_refused", "writer_round_failed"}
                       for e in events)
     async with Store.from_url(url) as store:
         report = await store.audit()

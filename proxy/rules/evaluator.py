@@ -733,6 +733,31 @@ class TriggerEvaluator:
 
     on_cei_missed = on_trigger_missed
 
+    def close(self, cei_ids: Iterable[str]) -> None:
+        """Forget open CEIs that are already resolved elsewhere (the store, before a restart).
+
+        After a restart the rule states can still list a trigger CEI the engine
+        captured before the crash (it stays open here until its sweep): its
+        verdict is in the store, the restored engine does not know it, and a
+        later ``SealCei`` for it would be an op on an unknown CEI. Closing it
+        here emits nothing: the verdict stands. A watch rule's current CEI
+        closed this way is dead (it keeps being built silently, as after
+        :meth:`on_trigger_missed`). Unknown ids are ignored; closed rules are
+        marked dirty so their states are saved.
+        """
+        for cei_id in cei_ids:
+            rule_id = self._open_index.pop(cei_id, None)
+            if rule_id is None:
+                continue
+            self._dirty.add(rule_id)
+            if rule_id in self._trigger_state:
+                self._trigger_state[rule_id].open.pop(cei_id, None)
+            elif rule_id in self._watch_state:
+                wstate = self._watch_state[rule_id]
+                if wstate.cei_id == cei_id:
+                    wstate.alive = False
+                    self._reweigh(rule_id, self._rules[rule_id])
+
     # ------------------------------------------------------------------ state
 
     def take_dirty(self) -> list[str]:

@@ -169,6 +169,9 @@ class ChrononLoop:
         rt.tally.captured = rt.tally.missed = 0
         self.writer.submit(steps)
         m = self.metrics
+        if rt.tally.refused_ops:
+            m.ops_refused.inc(rt.tally.refused_ops)
+            rt.tally.refused_ops = 0
         m.tick_jitter.observe(jitter)
         m.chronon.set(t)
         m.budget.set(self.budget)

@@ -94,6 +94,10 @@ class ServiceMetrics:
             "proxy_writes_refused",
             "Decisions the database refused to record (a conflict with what it holds, e.g. a CEI "
             "id that already exists): each is a bug or a second writer, never expected.", registry=r)
+        self.ops_refused = Counter(
+            "proxy_ops_refused",
+            "Rule evaluator ops the engine refused (an op on a CEI it does not hold, a duplicate "
+            "id): impossible by construction, so each is a bug; logged as op_refused.", registry=r)
         self.write_backlog = Gauge(
             "proxy_write_backlog", "Batches of decisions decided but not yet in the database.",
             registry=r)

@@ -93,10 +93,11 @@ def rule_feed_ids(spec: ProfileSpec, index: int) -> tuple[int, ...]:
 
 @dataclass
 class Tally:
-    """CEIs resolved since the last chronon row was written."""
+    """CEIs resolved, and evaluator ops the engine refused, since the last chronon row."""
 
     captured: int = 0
     missed: int = 0
+    refused_ops: int = 0  # never expected (Runtime.apply): exported as proxy_ops_refused_total
 
 
 @dataclass
@@ -184,9 +185,11 @@ class Runtime:
                     engine.seal(op.cei_id)
                     steps.append(Seal(op.cei_id))
             except (KeyError, ValueError) as exc:
-                # A CEI resolved before a restart is unknown to the restored engine; an op on it
-                # changes nothing that matters (the store already holds its verdict).
-                log.warning("op_skipped", op=type(op).__name__, cei=op.cei_id, reason=repr(exc))
+                # Cannot happen by construction: CEI ids are never reused (high-water mark on
+                # restore) and a restore closes in the evaluator every CEI the engine does not
+                # hold. Counted (proxy_ops_refused_total) and logged as an error, not hidden.
+                self.tally.refused_ops += 1
+                log.error("op_refused", op=type(op).__name__, cei=op.cei_id, reason=repr(exc))
         return steps
 
     def drain(self) -> tuple[list[Step], list[Step]]:
@@ -273,8 +276,25 @@ class Runtime:
                 engine.add_cei(cei.id, str(cei.profile_id), eis, sealed=cei.sealed)
             except (KeyError, ValueError) as exc:
                 log.error("cei_not_restored", cei=cei.id, reason=repr(exc))
+        # The rule states may still hold CEIs resolved before the crash (a captured trigger CEI
+        # stays open in its rule until its sweep): the store has their verdicts and the engine
+        # does not know them. The evaluator forgets them here, so no op it emits from now on
+        # names a CEI the engine does not hold.
+        stale = [cei_id for cei_id in self.evaluator.open_cei_ids() if not _holds(engine, cei_id)]
+        if stale:
+            self.evaluator.close(stale)
+            log.info("restore_closed_resolved", ceis=len(stale))
         # The CEIs missed while the service was down change their rules' states (the evaluator
         # forgets them): those states go in the same batch as the resolutions, so no crash can
         # store one without the other (a stale open CEI would be sealed later in vain).
         return self.drain_all() + self.rule_states()
 
+
+
+def _holds(engine: Engine, cei_id: str) -> bool:
+    """Whether the engine knows ``cei_id`` (pending, or resolved since it started)."""
+    try:
+        engine.state(cei_id)
+    except KeyError:
+        return False
+    return True
