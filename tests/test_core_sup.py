@@ -170,3 +170,26 @@ def test_watch_spec_and_planner_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="horizon"):
         SupPlanner(KnownRates([0.1]), [], 0)
     assert predicted_ei(KnownRates([0.0]), WatchSpec(0), -1, 1, 10) is None
+
+
+def test_planner_rules_can_come_and_go_while_it_runs() -> None:
+    # The service's watched feeds change as CEIs fill: a rule added at 10 starts its chain
+    # from 10 (λ = 0.1: expected at 19, window(3): [19, 22]); an unwatched feed plans nothing.
+    planner = SupPlanner(KnownRates([0.1, 0.1]), [WatchSpec(0, 1, 3)], 1000)
+    assert [(e.resource, e.start, e.finish) for e in planner.plan(0)] == [(0, 9, 12)]
+    assert planner.watched() == {0}
+    planner.watch(WatchSpec(1, 1, 3))
+    assert [(e.resource, e.start, e.finish) for e in planner.plan(10)] == [(1, 19, 22)]
+    planner.unwatch(0)
+    assert planner.watched() == {1}
+    got = [(e.resource, e.start, e.finish) for t in range(11, 34) for e in planner.plan(t)]
+    assert got == [(1, 29, 32), (1, 39, 42)]  # resource 0's chain (next at [19, 22]) was dropped with its rule
+    planner.on_probe(0, 40, 0)  # a probe of a feed no rule watches teaches nothing
+    assert planner.extra == 0
+
+
+def test_a_long_running_planner_forgets_old_planned_probes() -> None:
+    planner = SupPlanner(KnownRates([0.5]), [WatchSpec(0, 1, 2)], 10**9)
+    for t in range(10_000):
+        planner.plan(t)
+    assert len(planner._planned[0]) <= 3  # only probes recent enough to lie in an EI still to come
