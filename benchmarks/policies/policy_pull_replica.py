@@ -43,6 +43,7 @@ from proxy.core.model import CEI
 from proxy.core.rates import gamma_upper
 from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+from proxy.service.predicted import Predicted, PredictedProbes
 
 LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
@@ -50,8 +51,15 @@ WEEK = 7 * 86_400.0
 CHRONONS, WINDOW, DAYS = 200, 10, 14
 
 
-def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, float, float, int]:
-    """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes."""
+def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "off",
+           share: float = 1.0, length: float = LENGTH) -> tuple[float, float, float, int]:
+    """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
+
+    ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
+    ``share`` of the budget before the background allocation, as the loop does at 1.
+    ``length``: seconds per chronon on the models' clock (the live bench's 0.3 s squeezes
+    two weeks into a minute, faster than any model's prior expects updates).
+    """
     bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=1,
                         budget=budget)
     ups = bw.updates
@@ -69,6 +77,9 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
     last_at: dict[int, float] = {}
     rate = dict.fromkeys(watched, 0.0)
     allocator = CaptureExplore()
+    mode = Predicted(predicted)
+    planner = (None if mode is Predicted.OFF
+               else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP))
     probes: list[ProbeRec] = []
     for t in range(CHRONONS):
         weight: dict[int, float] = defaultdict(float)
@@ -76,16 +87,18 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
             left = [r for r in w if r not in covered[i]]
             for r in left:
                 weight[r] += (1.0 if alive[i] else DEAD_CEI_WEIGHT) / len(left)
-        feeds = [r for r in watched if weight[r] > 0]
-        picked = allocator.pick(budget, t, feeds, [last[r] for r in feeds], [rate[r] * LENGTH for r in feeds],
-                                [weight[r] for r in feeds], WINDOW)
+        waits = {r: w for r, w in weight.items() if w > 0}
+        first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
+        feeds = [r for r in watched if r in waits and r not in first]
+        picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds],
+                                        [rate[r] * length for r in feeds], [waits[r] for r in feeds], WINDOW)
         for r in picked:
             probes.append(ProbeRec(r, t, float(t), True))
-            at = ORIGIN + t * LENGTH
+            at = ORIGIN + t * length
             before = last[r]
+            found = [] if before is None else [u for u in ups[r] if before < u <= t]
             if before is not None:
-                found = [u for u in ups[r] if before < u <= t]
-                models.observe_probe(r, last_at[r], at, len(found), [ORIGIN + (u - 0.1) * LENGTH for u in found])
+                models.observe_probe(r, last_at[r], at, len(found), [ORIGIN + (u - 0.1) * length for u in found])
                 for i in rules_of[r] if found else ():
                     if found[0] <= prev[i] or r in covered[i]:
                         continue
@@ -93,9 +106,11 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
                     covered[i][r] = found[0]
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
-            shown = [ORIGIN + (u - 0.1) * LENGTH for u in ups[r] if u <= t][-20:]
+            shown = [ORIGIN + (u - 0.1) * length for u in ups[r] if u <= t][-20:]
             models.observe_document(r, at, shown)
             last[r], last_at[r] = t, at
+            if planner is not None:
+                planner.on_probe(r, t, before is not None and bool(found))
             shape, beta = models.posterior(r)
             rate[r] = (models.expected_updates(r, at - WEEK, at) / WEEK
                        * gamma_upper(shape, beta, z) / (shape / beta))
@@ -114,16 +129,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
     parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 1, 2)")
+    parser.add_argument("--predicted", action="append",
+                        help="predicted EIs to compare: off, sup, fbsup, optionally @SHARE of the budget "
+                             "(fbsup@0.5); default off")
+    parser.add_argument("--chronon-seconds", type=float, default=LENGTH,
+                        help=f"seconds per chronon on the models' clock (default {LENGTH}, the live bench's; "
+                             f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
     args = parser.parse_args()
     zs = args.z or [1.0, 2.0]
-    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(f"z = {z:g}" for z in zs) + " |")
-    print("|---|---:|---:|---:|---:|" + "---:|" * len(zs))
+    modes = [(m.split("@")[0], float(m.split("@")[1]) if "@" in m else 1.0) for m in args.predicted or ["off"]]
+    columns = [(z, m, share) for z in zs for m, share in modes]
+    heads = [f"z = {z:g}" + ("" if len(modes) == 1 and m == "off" else f", {m}" + (f"@{share:g}" if share < 1 else ""))
+             for z, m, share in columns]
+    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(heads) + " |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(columns))
     for spec in args.traces:
         name, profiles, budget = spec.rsplit(":", 2)
         cells = []
         rr = ad = math.nan
-        for z in zs:
-            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z)
+        for z, mode, share in columns:
+            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, mode, share, args.chronon_seconds)
             cells.append(f"{100 * live:.1f} % ({live / max(rr, ad):.2f}×)")
         print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
               + " | ".join(cells) + " |")

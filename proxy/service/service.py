@@ -77,6 +77,7 @@ from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
 from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.planning import PlanReport, plan_inputs, run_plan
+from proxy.service.predicted import Predicted, predicted_probes
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
 from proxy.store import (
@@ -447,6 +448,7 @@ class ProxyService:
             runtime, loop_store, writer, self.fetcher, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
+            predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
         )
         self._runtime, self._writer = runtime, writer
         if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
