@@ -63,7 +63,14 @@ from proxy.feeds import (
 )
 from proxy.notify.senders import Sender, WebhookSender
 from proxy.notify.targets import check_targets
-from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
+from proxy.rules import (
+    FeedModelEstimate,
+    FeedUpdateModels,
+    ProfileSpec,
+    TriggerEvaluator,
+    UpdateModelSettings,
+    UpdateModelStateError,
+)
 from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
 from proxy.service import health
@@ -175,6 +182,7 @@ class ProxyService:
         sender: Sender | None = None,
         deliver: bool = True,
         campaign: bool = True,
+        update_models: UpdateModelSettings | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
@@ -190,6 +198,8 @@ class ProxyService:
         self._use_lease = run_loop if lease is None else lease
         # Issue 21: an API replica (`--role api`) never leads; it serves reads as a standby.
         self._campaign = campaign
+        #: What the update models assume (their prior above all); tests squeeze time with it.
+        self._update_model_settings = update_models
         self._changes: ChangeListener | None = None
         self._leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
@@ -386,7 +396,7 @@ class ProxyService:
         self._clock = clock = await self._load_clock(store)
         # The outbox's documents give windows as wall times too.
         store.chronon_start = loop_store.chronon_start = clock.start_of
-        runtime = Runtime(clock)
+        runtime = Runtime(clock, models=FeedUpdateModels(self._update_model_settings))
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved, fence=lease, max_batches=s.write_buffer_batches,
