@@ -133,3 +133,14 @@ def test_off_is_no_planner_and_the_clock_gives_the_origin() -> None:
     planner = predicted_probes(Predicted.FBSUP, models, grid)
     assert planner is not None and planner.feedback
     assert Predicted("sup") is Predicted.SUP
+
+
+def test_kinds_limit_predictions_to_the_model_kinds_asked() -> None:
+    models = FeedUpdateModels()
+    _hourly(models, 7)  # a Poisson feed
+    assert models.kind_counts((7,))["poisson"] == 1
+    only_periodic = PredictedProbes(models, BASE, MINUTE, feedback=False, kinds={"periodic"})
+    assert _due(only_periodic, {7: 1.0}, 5, NOW + 300) == []
+    assert only_periodic.watched() == set()
+    poisson_too = PredictedProbes(models, BASE, MINUTE, feedback=False, kinds={"periodic", "poisson"})
+    assert _due(poisson_too, {7: 1.0}, 5, NOW + 300) != []

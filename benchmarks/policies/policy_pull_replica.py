@@ -16,7 +16,13 @@ over many traces in seconds:
   feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed), with the
   AuctionWatch bookkeeping redone here;
 - scored like the live bench (``cei_outcome``) against the plain readers at
-  equal probes (``match_probes``).
+  equal probes (``match_probes``);
+- with ``--predicted sup|fbsup`` (section "Predicted EIs"), the loop's
+  ``proxy.service.predicted.PredictedProbes`` first takes the budget for the
+  predicted EIs due, as the loop does after the engine's known EIs, and sees
+  every probe's outcome (fbSUP). ``--chronon-seconds 6048`` replays the two
+  weeks at their real pace (200 chronons of 1.68 h), where the models' prior
+  lets predictions come due; at the bench's 0.3 s they never do.
 
 What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
 update-time estimate (it dates a found update by its true chronon). So its
@@ -25,6 +31,8 @@ confirmed live.
 
     .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 1 --z 2 --z 3 \\
         TRACE.csv:PROFILES:BUDGET ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 --chronon-seconds 6048 \\
+        --predicted off --predicted sup --predicted fbsup TRACE.csv:PROFILES:BUDGET ...
 """
 
 from __future__ import annotations
@@ -52,7 +60,8 @@ CHRONONS, WINDOW, DAYS = 200, 10, 14
 
 
 def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "off",
-           share: float = 1.0, length: float = LENGTH) -> tuple[float, float, float, int]:
+           share: float = 1.0, length: float = LENGTH, kinds: frozenset[str] | None = None,
+           ) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -79,7 +88,7 @@ def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "o
     allocator = CaptureExplore()
     mode = Predicted(predicted)
     planner = (None if mode is Predicted.OFF
-               else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP))
+               else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
     probes: list[ProbeRec] = []
     for t in range(CHRONONS):
         weight: dict[int, float] = defaultdict(float)
@@ -125,30 +134,37 @@ def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "o
     return live, rr, ad, len(probes)
 
 
+def _mode(text: str) -> tuple[str, str, float, frozenset[str] | None]:
+    """``fbsup/periodic,seasonal@0.5`` -> (text, mode, share, kinds)."""
+    rest, _, share = text.partition("@")
+    mode, _, kinds = rest.partition("/")
+    return text, mode, float(share or 1.0), frozenset(kinds.split(",")) if kinds else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
     parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 1, 2)")
     parser.add_argument("--predicted", action="append",
-                        help="predicted EIs to compare: off, sup, fbsup, optionally @SHARE of the budget "
-                             "(fbsup@0.5); default off")
+                        help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
+                             "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
     parser.add_argument("--chronon-seconds", type=float, default=LENGTH,
                         help=f"seconds per chronon on the models' clock (default {LENGTH}, the live bench's; "
                              f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
     args = parser.parse_args()
     zs = args.z or [1.0, 2.0]
-    modes = [(m.split("@")[0], float(m.split("@")[1]) if "@" in m else 1.0) for m in args.predicted or ["off"]]
-    columns = [(z, m, share) for z in zs for m, share in modes]
-    heads = [f"z = {z:g}" + ("" if len(modes) == 1 and m == "off" else f", {m}" + (f"@{share:g}" if share < 1 else ""))
-             for z, m, share in columns]
+    modes = [_mode(m) for m in args.predicted or ["off"]]
+    columns = [(z, *m) for z in zs for m in modes]
+    heads = [f"z = {z:g}" + ("" if args.predicted is None else f", {text}") for z, text, *_ in columns]
     print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(heads) + " |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(columns))
     for spec in args.traces:
         name, profiles, budget = spec.rsplit(":", 2)
         cells = []
         rr = ad = math.nan
-        for z, mode, share in columns:
-            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, mode, share, args.chronon_seconds)
+        for z, _, mode, share, kinds in columns:
+            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, mode, share, args.chronon_seconds,
+                                     kinds)
             cells.append(f"{100 * live:.1f} % ({live / max(rr, ad):.2f}×)")
         print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
               + " | ".join(cells) + " |")

@@ -9,8 +9,10 @@ Per chronon ``t`` (design.md, "The data flow of one chronon"):
 3. ``engine.select(C_t, policy, exclude=…)`` where excluded are feeds with a
    probe in flight or still being persisted, disabled feeds, feeds told to wait
    (``Retry-After``, cache hints, error back-off) and resources without a feed;
-   the budget it leaves goes to background probes of feeds whose updates rules
-   wait for (``proxy.core.discovery``: most feeds never ping);
+   the budget it leaves goes first to the proxy's predicted EIs when they are on
+   (``proxy.service.predicted``: SUP/fbSUP, ``PROXY_DISCOVERY_PREDICTED``), then to
+   background probes of feeds whose updates rules wait for
+   (``proxy.core.discovery``: most feeds never ping);
 4. each selected feed: ``engine.begin_probe``, then a task fetches it. The loop
    does not wait for it: the next chronon's decision happens on time.
 
@@ -156,10 +158,11 @@ class ChrononLoop:
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
         # Known EIs first (the engine's picks), then the proxy's predicted EIs, then the
         # background: an internal guess never takes a probe a user's CEI needs.
-        predicted = self._predicted(budget - len(chosen), t, exclude | set(chosen))
+        taken = exclude | set(chosen)
+        predicted = self._predicted(budget - len(chosen), t, taken)
         chosen += predicted
-        spare = budget - len(chosen)
-        background = self._background(spare, t, exclude | set(chosen))
+        taken.update(predicted)
+        background = self._background(budget - len(chosen), t, taken)
         chosen += background
         if chosen:  # the decision itself, for `proxy demo` and debugging (debug: one line a chronon)
             log.debug("selected", chronon=t, budget=budget,

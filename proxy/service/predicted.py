@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 
 from proxy.core.sup import SupPlanner, WatchSpec
@@ -85,12 +85,16 @@ class PredictedProbes:
     (the loop's order, like the engine).
     """
 
-    def __init__(self, models: FeedUpdateModels, origin: float, length: float, *, feedback: bool) -> None:
+    def __init__(
+        self, models: FeedUpdateModels, origin: float, length: float, *, feedback: bool,
+        kinds: Collection[str] | None = None,
+    ) -> None:
         self._models = models
+        self._kinds = None if kinds is None else frozenset(kinds)
         self._planner = SupPlanner(ModelPredictor(models, origin, length), [], HORIZON, feedback=feedback)
         self._window: int | None = None
         self._watched: set[int] = set()
-        self._told: set[int] = set()  # feeds whose pings are trusted: no prediction needed
+        self._told: set[int] = set()  # feeds needing no prediction: pings trusted, or a model kind not planned
         self._pending: list[tuple[int, int]] = []  # (probe chronon, resource)
         self.planned = 0  # predicted EIs handed out (fbSUP's included)
         self.dropped = 0  # of them, not probed at their chronon (budget, feed busy, rule done)
@@ -140,7 +144,7 @@ class PredictedProbes:
 
     def on_probe(self, resource: int, t: int, found: bool) -> None:
         """A successful probe of ``resource`` started at chronon ``t`` found new entries or not."""
-        if self._models.trusts_pings(resource):
+        if not self._plans_for(resource):
             self._told.add(resource)
             self._unwatch(resource)
             return
@@ -158,11 +162,24 @@ class PredictedProbes:
         for r in self._watched - weights.keys():
             self._unwatch(r)
         for r in weights.keys() - self._watched - self._told:
-            if self._models.trusts_pings(r):
+            if not self._plans_for(r):
                 self._told.add(r)
                 continue
             self._watched.add(r)
             self._planner.watch(WatchSpec(r, 1, window))
+
+    def _plans_for(self, resource: int) -> bool:
+        """Whether the feed gets predicted EIs: its pings are not trusted and its model's kind is planned.
+
+        Both change only when the model observes a probe (or a document), so they are read at
+        each probe of the feed.
+        """
+        if self._models.trusts_pings(resource):
+            return False
+        if self._kinds is None:
+            return True
+        counts = self._models.kind_counts((resource,))  # the last model choice: a dict lookup, no refit
+        return any(n and kind in self._kinds for kind, n in counts.items())
 
     def _unwatch(self, resource: int) -> None:
         if resource in self._watched:
