@@ -213,6 +213,7 @@ class SupPlanner:
         for i in self._by_res.pop(resource, ()):
             del self._rules[i]
         self._planned.pop(resource, None)
+        self._out = [ei for ei in self._out if ei.resource != resource]  # fbSUP's, not yet handed out
 
     def plan(self, t: int) -> list[PredictedEi]:
         """Predicted EIs that become known at chronon ``t`` (hand them to the engine now)."""
