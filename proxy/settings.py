@@ -120,6 +120,15 @@ class Settings(BaseSettings):
         default="adm-edf",
         description="Scheduling policy name, as in the workload spec (e.g. `mrsf-p`, `s-edf-np`, `wic`).",
     )
+    discovery_predicted: Literal["off", "sup", "fbsup"] = Field(
+        default="off",
+        description=(
+            "Predicted EIs for watched feeds that do not ping (paper 002): `sup` probes each "
+            "feed's next expected update at the end of the window its rules ask, `fbsup` also "
+            "re-predicts after a probe that found nothing, `off` leaves the spare budget to the "
+            "background allocation alone (measured better: docs/discovery.md)."
+        ),
+    )
     allow_private_networks: bool = Field(
         default=False,
         description=(

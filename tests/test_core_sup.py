@@ -170,3 +170,61 @@ def test_watch_spec_and_planner_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="horizon"):
         SupPlanner(KnownRates([0.1]), [], 0)
     assert predicted_ei(KnownRates([0.0]), WatchSpec(0), -1, 1, 10) is None
+
+
+def test_planner_rules_can_come_and_go_while_it_runs() -> None:
+    # The service's watched feeds change as CEIs fill: a rule added at 10 starts its chain
+    # from 10 (λ = 0.1: expected at 19, window(3): [19, 22]); an unwatched feed plans nothing.
+    planner = SupPlanner(KnownRates([0.1, 0.1]), [WatchSpec(0, 1, 3)], 1000)
+    assert [(e.resource, e.start, e.finish) for e in planner.plan(0)] == [(0, 9, 12)]
+    assert planner.watched() == {0}
+    planner.watch(WatchSpec(1, 1, 3))
+    assert [(e.resource, e.start, e.finish) for e in planner.plan(10)] == [(1, 19, 22)]
+    planner.unwatch(0)
+    assert planner.watched() == {1}
+    got = [(e.resource, e.start, e.finish) for t in range(11, 34) for e in planner.plan(t)]
+    assert got == [(1, 29, 32), (1, 39, 42)]  # resource 0's chain (next at [19, 22]) was dropped with its rule
+    planner.on_probe(0, 40, 0)  # a probe of a feed no rule watches teaches nothing
+    assert planner.extra == 0
+
+
+def test_unwatching_a_feed_withdraws_its_feedback_ei_not_yet_handed_out() -> None:
+    planner = SupPlanner(KnownRates([0.1]), [WatchSpec(0, 1, 3)], 1000, feedback=True)
+    assert [(e.start, e.finish) for e in planner.plan(0)] == [(9, 12)]
+    planner.on_probe(0, 13, 0)  # empty: fbSUP opens [23, 26] for the next plan ...
+    assert planner.extra == 1
+    planner.unwatch(0)  # ... but the rule got its update meanwhile
+    assert planner.plan(14) == []
+
+
+def test_a_long_running_planner_forgets_old_planned_probes() -> None:
+    planner = SupPlanner(KnownRates([0.5]), [WatchSpec(0, 1, 2)], 10**9)
+    for t in range(10_000):
+        planner.plan(t)
+    assert len(planner._planned[0]) <= 3  # only probes recent enough to lie in an EI still to come
+
+
+@given(st.lists(st.tuples(st.sampled_from(["watch", "unwatch", "probe", "empty"]), st.integers(0, 2),
+                          st.integers(0, 6), st.booleans()), max_size=40),
+       st.booleans())
+def test_a_planner_whose_rules_come_and_go_plans_only_for_watched_feeds_and_never_in_the_past(
+    ops: list[tuple[str, int, int, bool]], feedback: bool
+) -> None:
+    planner = SupPlanner(KnownRates([0.2, 0.1, 0.05]), [], 500, feedback=feedback)
+    watched: set[int] = set()
+    t = 0
+    for op, r, window, tick in ops:  # several changes may come between two plans
+        t += tick
+        if op == "watch":
+            planner.watch(WatchSpec(r, 1, window))
+            watched.add(r)
+        elif op == "unwatch":
+            planner.unwatch(r)
+            watched.discard(r)
+        elif op in ("probe", "empty"):
+            planner.on_probe(r, t, 1 if op == "probe" else 0)
+        if tick:
+            for ei in planner.plan(t):
+                assert ei.resource in watched
+                assert ei.probe_at >= t and ei.start <= ei.finish
+        assert planner.watched() == watched

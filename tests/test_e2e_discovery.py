@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.farm import FeedFarm
+from proxy.rules import GammaPrior, UpdateModelSettings
 from proxy.service import ProxyService
 from tests.test_e2e_support import Running, e2e_settings, eventually, parse_metrics, running
 
@@ -79,6 +80,54 @@ async def test_rules_on_feeds_that_never_ping_fire_from_probes(database_url: str
         # The trigger EI starts at the estimated update, before the probe that found it.
         trigger = oil["eis"][0]
         assert trigger["start"] <= trigger["captured_chronon"] <= trigger["finish"]
+
+
+async def test_predicted_eis_probe_feeds_that_never_ping_and_stay_internal(database_url: str) -> None:
+    settings = e2e_settings(database_url, budget=2, policy="adm-edf", discovery_predicted="fbsup")
+    # 50 ms chronons squeeze time: a prior of one update every 4 s (80 chronons), worth 20 updates,
+    # makes the models expect updates within the test, as a real prior does within real hours.
+    fast = UpdateModelSettings(default_prior=GammaPrior(20.0, 80.0))
+    async with FeedFarm(["a", "b"], prefill=3) as farm, running(settings, update_models=fast) as px:
+        ids = []
+        for name in ("a", "b"):
+            r = await px.post("/api/v1/feeds", {"url": farm.url(name)})
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        body = {"name": "no pings", "rules": [
+            {"name": "both", "watch": {"feeds": [str(i) for i in ids], "within": "2s"}}]}
+        r = await px.post("/api/v1/profiles", body)
+        assert r.status_code == 201, r.text
+        pid, watch_rule = r.json()["id"], r.json()["rules"][0]["id"]
+        predicted = px.service.loop.predicted
+        assert predicted is not None and predicted.feedback
+
+        # The predicted EIs come due and are probed, counted apart from the background.
+        async def probed() -> dict[str, float]:
+            m = parse_metrics((await px.client.get("/metrics")).text)
+            return m if m.get("proxy_predicted_probes_total", 0) >= 2 else {}
+
+        await eventually(probed, what="probes for predicted EIs")
+        assert predicted.watched() == {px.service.runtime.feeds.by_id[i].resource for i in ids}
+
+        # Nothing changed yet, so every probe found nothing: fbSUP re-predicted after them.
+        async def reopened() -> int:
+            return predicted.feedback_eis
+        await eventually(reopened, what="fbSUP opening the next predicted EI after an empty probe")
+        assert await _ceis(px, pid) == []  # predicted EIs are no user's CEIs
+
+        farm.publish("a", title="bid 1")
+        farm.publish("b", title="bid 2")
+
+        async def watch_captured() -> list[dict[str, Any]]:
+            return [c for c in await _ceis(px, pid, "captured") if c["rule_id"] == watch_rule]
+
+        await eventually(watch_captured, what="the watch rule's CEI captured")
+        # Only the user's CEIs exist, in the API and in the engine's counts (metrics, completeness).
+        listed = await _ceis(px, pid)
+        assert {c["rule_id"] for c in listed} == {watch_rule}
+        assert all(sorted(ei["feed"] for ei in c["eis"]) == sorted(ids) for c in listed)
+        engine_ceis = sum(px.service.runtime.engine.counts().values())
+        assert engine_ceis in (len(listed), len(listed) + 1)  # + the next CEI, opened but not yet written
 
 
 async def test_update_models_are_learnt_shown_and_restored_after_a_restart(database_url: str) -> None:

@@ -59,9 +59,12 @@ class Running:
 
 
 @asynccontextmanager
-async def running(settings: Settings, user: str = "alice") -> AsyncIterator[Running]:
-    """Start the service (loop included) and an in-process API client; stop both at the end."""
-    service = ProxyService(settings)
+async def running(settings: Settings, user: str = "alice", **options: Any) -> AsyncIterator[Running]:
+    """Start the service (loop included) and an in-process API client; stop both at the end.
+
+    ``options``: more keyword arguments of :class:`ProxyService` (e.g. ``update_models``).
+    """
+    service = ProxyService(settings, **options)
     await service.start()
     try:
         existing = await service.store.get_user_by_name(user)

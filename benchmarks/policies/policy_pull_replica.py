@@ -16,7 +16,13 @@ over many traces in seconds:
   feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed), with the
   AuctionWatch bookkeeping redone here;
 - scored like the live bench (``cei_outcome``) against the plain readers at
-  equal probes (``match_probes``).
+  equal probes (``match_probes``);
+- with ``--predicted sup|fbsup`` (section "Predicted EIs"), the loop's
+  ``proxy.service.predicted.PredictedProbes`` first takes the budget for the
+  predicted EIs due, as the loop does after the engine's known EIs, and sees
+  every probe's outcome (fbSUP). ``--chronon-seconds 6048`` replays the two
+  weeks at their real pace (200 chronons of 1.68 h), where the models' prior
+  lets predictions come due; at the bench's 0.3 s they never do.
 
 What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
 update-time estimate (it dates a found update by its true chronon). So its
@@ -25,6 +31,8 @@ confirmed live.
 
     .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 1 --z 2 --z 3 \\
         TRACE.csv:PROFILES:BUDGET ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 --chronon-seconds 6048 \\
+        --predicted off --predicted sup --predicted fbsup TRACE.csv:PROFILES:BUDGET ...
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from proxy.core.model import CEI
 from proxy.core.rates import gamma_upper
 from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+from proxy.service.predicted import Predicted, PredictedProbes
 
 LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
@@ -50,8 +59,16 @@ WEEK = 7 * 86_400.0
 CHRONONS, WINDOW, DAYS = 200, 10, 14
 
 
-def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, float, float, int]:
-    """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes."""
+def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "off",
+           share: float = 1.0, length: float = LENGTH, kinds: frozenset[str] | None = None,
+           ) -> tuple[float, float, float, int]:
+    """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
+
+    ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
+    ``share`` of the budget before the background allocation, as the loop does at 1.
+    ``length``: seconds per chronon on the models' clock (the live bench's 0.3 s squeezes
+    two weeks into a minute, faster than any model's prior expects updates).
+    """
     bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=1,
                         budget=budget)
     ups = bw.updates
@@ -69,6 +86,9 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
     last_at: dict[int, float] = {}
     rate = dict.fromkeys(watched, 0.0)
     allocator = CaptureExplore()
+    mode = Predicted(predicted)
+    planner = (None if mode is Predicted.OFF
+               else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
     probes: list[ProbeRec] = []
     for t in range(CHRONONS):
         weight: dict[int, float] = defaultdict(float)
@@ -76,16 +96,18 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
             left = [r for r in w if r not in covered[i]]
             for r in left:
                 weight[r] += (1.0 if alive[i] else DEAD_CEI_WEIGHT) / len(left)
-        feeds = [r for r in watched if weight[r] > 0]
-        picked = allocator.pick(budget, t, feeds, [last[r] for r in feeds], [rate[r] * LENGTH for r in feeds],
-                                [weight[r] for r in feeds], WINDOW)
+        waits = {r: w for r, w in weight.items() if w > 0}
+        first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
+        feeds = [r for r in watched if r in waits and r not in first]
+        picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds],
+                                        [rate[r] * length for r in feeds], [waits[r] for r in feeds], WINDOW)
         for r in picked:
             probes.append(ProbeRec(r, t, float(t), True))
-            at = ORIGIN + t * LENGTH
+            at = ORIGIN + t * length
             before = last[r]
+            found = [] if before is None else [u for u in ups[r] if before < u <= t]
             if before is not None:
-                found = [u for u in ups[r] if before < u <= t]
-                models.observe_probe(r, last_at[r], at, len(found), [ORIGIN + (u - 0.1) * LENGTH for u in found])
+                models.observe_probe(r, last_at[r], at, len(found), [ORIGIN + (u - 0.1) * length for u in found])
                 for i in rules_of[r] if found else ():
                     if found[0] <= prev[i] or r in covered[i]:
                         continue
@@ -93,9 +115,11 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
                     covered[i][r] = found[0]
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
-            shown = [ORIGIN + (u - 0.1) * LENGTH for u in ups[r] if u <= t][-20:]
+            shown = [ORIGIN + (u - 0.1) * length for u in ups[r] if u <= t][-20:]
             models.observe_document(r, at, shown)
             last[r], last_at[r] = t, at
+            if planner is not None:
+                planner.on_probe(r, t, before is not None and bool(found))
             shape, beta = models.posterior(r)
             rate[r] = (models.expected_updates(r, at - WEEK, at) / WEEK
                        * gamma_upper(shape, beta, z) / (shape / beta))
@@ -110,20 +134,37 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
     return live, rr, ad, len(probes)
 
 
+def _mode(text: str) -> tuple[str, str, float, frozenset[str] | None]:
+    """``fbsup/periodic,seasonal@0.5`` -> (text, mode, share, kinds)."""
+    rest, _, share = text.partition("@")
+    mode, _, kinds = rest.partition("/")
+    return text, mode, float(share or 1.0), frozenset(kinds.split(",")) if kinds else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
     parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 1, 2)")
+    parser.add_argument("--predicted", action="append",
+                        help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
+                             "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
+    parser.add_argument("--chronon-seconds", type=float, default=LENGTH,
+                        help=f"seconds per chronon on the models' clock (default {LENGTH}, the live bench's; "
+                             f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
     args = parser.parse_args()
     zs = args.z or [1.0, 2.0]
-    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(f"z = {z:g}" for z in zs) + " |")
-    print("|---|---:|---:|---:|---:|" + "---:|" * len(zs))
+    modes = [_mode(m) for m in args.predicted or ["off"]]
+    columns = [(z, *m) for z in zs for m in modes]
+    heads = [f"z = {z:g}" + ("" if args.predicted is None else f", {text}") for z, text, *_ in columns]
+    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(heads) + " |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(columns))
     for spec in args.traces:
         name, profiles, budget = spec.rsplit(":", 2)
         cells = []
         rr = ad = math.nan
-        for z in zs:
-            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z)
+        for z, _, mode, share, kinds in columns:
+            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, mode, share, args.chronon_seconds,
+                                     kinds)
             cells.append(f"{100 * live:.1f} % ({live / max(rr, ad):.2f}×)")
         print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
               + " | ".join(cells) + " |")

@@ -147,6 +147,7 @@ class _Rule:
     spec: WatchSpec
     chain: PredictedEi | None  # the static chain's current predicted EI
     seen: int = 0  # updates of the feed found so far (the rule's counter)
+    started: bool = False  # its chain has been started (by plan)
 
 
 class SupPlanner:
@@ -159,6 +160,12 @@ class SupPlanner:
     has passed (with a learnt model, from the model of that moment); an EI
     that the planned probe of the previous one already lies in is skipped
     (``UpdateNotificationEIs``).
+
+    The rules may change while it runs (the service's watched feeds come and
+    go as CEIs fill): :meth:`watch` adds one, whose chain starts at the next
+    :meth:`plan` from that chronon; :meth:`unwatch` drops a feed's rules and
+    its planned probes. It does not decide which predicted EIs get probed: the
+    caller's budget does.
     """
 
     def __init__(
@@ -169,31 +176,59 @@ class SupPlanner:
         self._pred = predictor
         self._horizon = horizon
         self._feedback = feedback
-        self._rules = [_Rule(spec, None) for spec in specs]
+        self._rules: dict[int, _Rule] = {}
         self._by_res: dict[int, list[int]] = {}
-        for i, rule in enumerate(self._rules):
-            self._by_res.setdefault(rule.spec.resource, []).append(i)
-        self._due: list[tuple[int, int]] = []  # (chain EI's probe chronon, rule index)
+        self._next_id = 0
+        self._due: list[tuple[int, int]] = []  # (chain EI's probe chronon, rule id); ids of dropped rules skipped
+        self._fresh: list[int] = []  # rules whose chain the next plan() starts
         self._planned: dict[int, list[int]] = {}  # probe chronons planned per resource, sorted
+        self._span = 1  # how far back a planned probe can still lie in a new EI (the widest window + 1)
+        self._now = -1
         self._out: list[PredictedEi] = []
-        self._started = False
         self.extra = 0  # predicted EIs opened by feedback (fbSUP)
+        for spec in specs:
+            self.watch(spec)
 
     @property
     def feedback(self) -> bool:
         return self._feedback
 
+    def watched(self) -> set[int]:
+        """The resources some rule of the planner watches."""
+        return set(self._by_res)
+
+    def watch(self, spec: WatchSpec) -> None:
+        """Add a rule; its chain starts at the next :meth:`plan`, after the chronon before it."""
+        i = self._next_id
+        self._next_id += 1
+        self._rules[i] = _Rule(spec, None)
+        self._by_res.setdefault(spec.resource, []).append(i)
+        self._fresh.append(i)
+        # An overwrite life's EI can start long before it is planned: keep every planned probe then.
+        span = spec.window + 1 if spec.life is Life.WINDOW else self._horizon
+        self._span = max(self._span, span)
+
+    def unwatch(self, resource: int) -> None:
+        """Drop every rule of ``resource`` and the probes planned for it (no rule needs them now)."""
+        for i in self._by_res.pop(resource, ()):
+            del self._rules[i]
+        self._planned.pop(resource, None)
+        self._out = [ei for ei in self._out if ei.resource != resource]  # fbSUP's, not yet handed out
+
     def plan(self, t: int) -> list[PredictedEi]:
         """Predicted EIs that become known at chronon ``t`` (hand them to the engine now)."""
-        if not self._started:
-            self._started = True
-            for i, rule in enumerate(self._rules):
-                self._advance(i, rule, -1, t)
+        self._now = t
+        fresh, self._fresh = self._fresh, []
+        for i in fresh:
+            rule = self._rules.get(i)
+            if rule is not None and not rule.started:
+                rule.started = True
+                self._advance(i, rule, t - 1, t)
         due = self._due
         while due and due[0][0] < t:
             _, i = heapq.heappop(due)
-            rule = self._rules[i]
-            if rule.chain is not None:
+            rule = self._rules.get(i)
+            if rule is not None and rule.chain is not None:
                 self._advance(i, rule, rule.chain.start, t)
         out, self._out = self._out, []
         return out
@@ -252,5 +287,8 @@ class SupPlanner:
         return i < len(planned) and planned[i] <= ei.finish
 
     def _emit(self, ei: PredictedEi) -> None:
-        insort(self._planned.setdefault(ei.resource, []), ei.probe_at)
+        planned = self._planned.setdefault(ei.resource, [])
+        # A long-running planner forgets probes too old to lie in any EI still to come.
+        del planned[: bisect_left(planned, self._now - self._span)]
+        insort(planned, ei.probe_at)
         self._out.append(ei)

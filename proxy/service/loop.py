@@ -9,8 +9,10 @@ Per chronon ``t`` (design.md, "The data flow of one chronon"):
 3. ``engine.select(C_t, policy, exclude=…)`` where excluded are feeds with a
    probe in flight or still being persisted, disabled feeds, feeds told to wait
    (``Retry-After``, cache hints, error back-off) and resources without a feed;
-   the budget it leaves goes to background probes of feeds whose updates rules
-   wait for (``proxy.core.discovery``: most feeds never ping);
+   the budget it leaves goes first to the proxy's predicted EIs when they are on
+   (``proxy.service.predicted``: SUP/fbSUP, ``PROXY_DISCOVERY_PREDICTED``), then to
+   background probes of feeds whose updates rules wait for
+   (``proxy.core.discovery``: most feeds never ping);
 4. each selected feed: ``engine.begin_probe``, then a task fetches it. The loop
    does not wait for it: the next chronon's decision happens on time.
 
@@ -65,6 +67,7 @@ from proxy.service._persist import Captured as CapturedStep
 from proxy.service._persist import ChrononRow, ProbeWrite, Resolved, Step, Writer
 from proxy.service.clock import ChrononClock
 from proxy.service.metrics import ServiceMetrics
+from proxy.service.predicted import PredictedProbes
 from proxy.service.runtime import Runtime
 from proxy.store import FeedUpdate, NewEntry, ProbeInput, Store
 
@@ -101,6 +104,8 @@ class ChrononLoop:
     _busy: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _known: NothingKnown = field(default_factory=NothingKnown)
+    #: Paper 002's predicted EIs (SUP/fbSUP) for watched feeds that do not ping; None: off.
+    predicted: PredictedProbes | None = None
     #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
     _allocator: CaptureExplore = field(default_factory=CaptureExplore)
 
@@ -151,8 +156,13 @@ class ChrononLoop:
             self.metrics.write_buffer_full.inc()
             log.warning("probes_paused_write_buffer_full", chronon=t, backlog=self.writer.backlog)
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
-        spare = budget - len(chosen)
-        background = self._background(spare, t, exclude | set(chosen))
+        # Known EIs first (the engine's picks), then the proxy's predicted EIs, then the
+        # background: an internal guess never takes a probe a user's CEI needs.
+        taken = exclude | set(chosen)
+        predicted = self._predicted(budget - len(chosen), t, taken)
+        chosen += predicted
+        taken.update(predicted)
+        background = self._background(budget - len(chosen), t, taken)
         chosen += background
         if chosen:  # the decision itself, for `proxy demo` and debugging (debug: one line a chronon)
             log.debug("selected", chronon=t, budget=budget,
@@ -178,11 +188,23 @@ class ChrononLoop:
         m.budget_used.set(len(chosen))
         m.budget_used_total.inc(len(chosen))
         m.background_total.inc(len(background))
+        m.predicted_total.inc(len(predicted))
         m.budget_offered_total.inc(self.budget)
         m.show_ceis({state.value: n for state, n in rt.engine.counts().items()})
         self.last_tick = time.monotonic()
         self.ticks += 1
         return chosen
+
+    def _predicted(self, spare: int, t: int, exclude: set[int]) -> list[int]:
+        """Feeds whose predicted EI (SUP/fbSUP, ``proxy.service.predicted``) is due at ``t``, within ``spare``.
+
+        Called every chronon when on, with no spare budget too, so each chain moves on.
+        """
+        if self.predicted is None:
+            return []
+        evaluator = self.runtime.evaluator
+        return self.predicted.pick(max(spare, 0), t, evaluator.update_weights(), evaluator.update_window(),
+                                   exclude)
 
     def _background(self, spare: int, t: int, exclude: set[int]) -> list[int]:
         """Spare budget to the feeds rules wait for: capture-optimal frequencies that keep exploring.
@@ -300,8 +322,11 @@ class ChrononLoop:
         steps = rt.apply(rt.evaluator.on_probe(
             r, started, success, new, previous_success=slot.last_success))
         if success:
+            baseline = slot.last_success is None  # the first success: its entries are the backlog
             slot.last_success = started
             self._learn(slot, result, new, started_at)
+            if self.predicted is not None:  # fbSUP: a probe that found nothing opens the next EI
+                self.predicted.on_probe(r, started, bool(new) and not baseline)
         steps += rt.drain_all()
         rt.engine.complete_probe(r, started, success=success)
         direct, follow = rt.drain()

@@ -74,6 +74,10 @@ class ServiceMetrics:
         self.background_total = Counter(
             "proxy_background_probes",
             "Probes started with budget no EI needed, to find updates of watched feeds.", registry=r)
+        self.predicted_total = Counter(
+            "proxy_predicted_probes",
+            "Probes started for the proxy's own predicted EIs (SUP/fbSUP, PROXY_DISCOVERY_PREDICTED); "
+            "not counted in proxy_background_probes_total.", registry=r)
         self.update_models = Gauge(
             "proxy_update_models", "Feeds by the kind of update model learnt for them.", ["kind"],
             registry=r)

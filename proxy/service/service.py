@@ -63,7 +63,14 @@ from proxy.feeds import (
 )
 from proxy.notify.senders import Sender, WebhookSender
 from proxy.notify.targets import check_targets
-from proxy.rules import FeedModelEstimate, ProfileSpec, TriggerEvaluator, UpdateModelStateError
+from proxy.rules import (
+    FeedModelEstimate,
+    FeedUpdateModels,
+    ProfileSpec,
+    TriggerEvaluator,
+    UpdateModelSettings,
+    UpdateModelStateError,
+)
 from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
 from proxy.service import health
@@ -77,6 +84,7 @@ from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
 from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.planning import PlanReport, plan_inputs, run_plan
+from proxy.service.predicted import Predicted, predicted_probes
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
 from proxy.store import (
@@ -174,6 +182,7 @@ class ProxyService:
         sender: Sender | None = None,
         deliver: bool = True,
         campaign: bool = True,
+        update_models: UpdateModelSettings | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
@@ -189,6 +198,8 @@ class ProxyService:
         self._use_lease = run_loop if lease is None else lease
         # Issue 21: an API replica (`--role api`) never leads; it serves reads as a standby.
         self._campaign = campaign
+        #: What the update models assume (their prior above all); tests squeeze time with it.
+        self._update_model_settings = update_models
         self._changes: ChangeListener | None = None
         self._leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
@@ -385,7 +396,7 @@ class ProxyService:
         self._clock = clock = await self._load_clock(store)
         # The outbox's documents give windows as wall times too.
         store.chronon_start = loop_store.chronon_start = clock.start_of
-        runtime = Runtime(clock)
+        runtime = Runtime(clock, models=FeedUpdateModels(self._update_model_settings))
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved, fence=lease, max_batches=s.write_buffer_batches,
@@ -447,6 +458,7 @@ class ProxyService:
             runtime, loop_store, writer, self.fetcher, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
+            predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
         )
         self._runtime, self._writer = runtime, writer
         if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
