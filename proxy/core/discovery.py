@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from proxy.core.rates import gamma_upper
+from proxy.core.rates import CycleShape, gamma_upper
 
 __all__ = [
     "CaptureExplore",
@@ -324,8 +324,18 @@ class CaptureExplore:
        :class:`FrequencyStride`;
     3. *fill*: any budget still unused (the stride's frequencies are capped
        at one probe per ``window + 1`` chronons, so they often leave some) goes
-       to the greedy index (:func:`background_probes`) on ``λ⁺``: the
-       allocation is work-conserving.
+       to the greedy index ``weight · P(changed since the last success)``
+       (:func:`background_probes`) on ``λ⁺``: the allocation is
+       work-conserving.
+
+    A feed with a :class:`CycleShape` (a seasonal or near-periodic update
+    model) is read at the time that matters rather than at its mean: its
+    frequency uses the updates expected over the next ``max(window + 1,
+    refresh)`` chronons (the ones the strided probes until the next refresh
+    can capture), and its fill index the updates expected since its last
+    successful probe, both from the shape's cumulative intensity. So an
+    office-hours feed gets its probes in office hours and a daily digest just
+    after its slot, within the same budget.
 
     Deterministic (ties by resource id): no RNG. Stateful (stride credit,
     explore credit, frequencies): one instance per epoch, shown every chronon.
@@ -368,25 +378,40 @@ class CaptureExplore:
         weight: Sequence[float],
         window: int,
         posterior: Sequence[tuple[float, float]] | None = None,
+        shape: Sequence[CycleShape | None] | None = None,
     ) -> list[int]:
         """At most ``budget`` distinct ``resources`` to probe at ``now``: explored, then strided, then filled.
 
-        Arguments as :func:`background_probes`; ``window``: the watch rules'
-        ``W`` (EIs ``[u, u + W]``); ``posterior[i]``: the ``(shape, rate)``
-        of the Gamma posterior of resource ``i``'s rate (updates found + prior,
-        chronons observed + prior), or ``None`` when rates are known.
+        Arguments as :func:`background_probes` (``rate``: the mean rate per
+        chronon); ``window``: the watch rules' ``W`` (EIs ``[u, u + W]``);
+        ``posterior[i]``: the ``(shape, rate)`` of the Gamma posterior of
+        resource ``i``'s rate (updates found + prior, chronons observed +
+        prior), or ``None`` when rates are known; ``shape[i]``: when in its
+        cycle resource ``i`` changes (``None``: homogeneous, as is every
+        resource when ``shape`` is ``None``).
         """
         n = len(resources)
         if not n == len(last_success) == len(rate) == len(weight):
             raise ValueError("resources, last_success, rate and weight must have the same length")
+        if shape is not None and len(shape) != n:
+            raise ValueError("shape and resources must have the same length")
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
         lam = self.optimistic(rate, posterior)
+        shaped = [] if shape is None else [i for i in range(n) if shape[i] is not None]
         if self._freq_at is None or now - self._freq_at >= self._refresh or any(r not in self._freq for r in resources):
             self._freq_at = now
-            f = capture_frequencies(lam, weight, (1.0 - self._epsilon) * budget, window)
+            ahead = lam
+            if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
+                span = max(window + 1, self._refresh)
+                ahead = list(lam)
+                for i in shaped:
+                    cycle = shape[i]
+                    if cycle is not None:
+                        ahead[i] = lam[i] * cycle.mass(now, now + span) / span
+            f = capture_frequencies(ahead, weight, (1.0 - self._epsilon) * budget, window)
             self._freq = dict(zip(resources, f, strict=True))
         if budget == 0 or n == 0:
             self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues
@@ -411,9 +436,35 @@ class CaptureExplore:
         # 3. fill: work-conserving, by the greedy index on the optimistic rates.
         if len(out) < budget:
             rest = [i for i in range(n) if resources[i] not in taken]
-            filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
-                                       [last_success[i] for i in rest], [lam[i] for i in rest],
-                                       [weight[i] for i in rest])
+            if shaped:
+                filled = self._fill_shaped(budget - len(out), now, rest, resources, last_success, lam, weight, shape)
+            else:
+                filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
+                                           [last_success[i] for i in rest], [lam[i] for i in rest],
+                                           [weight[i] for i in rest])
             self._stride.spend(filled)
             out += filled
         return out
+
+    @staticmethod
+    def _fill_shaped(
+        budget: int, now: int, rest: Sequence[int], resources: Sequence[int], last_success: Sequence[int | None],
+        lam: Sequence[float], weight: Sequence[float], shape: Sequence[CycleShape | None] | None,
+    ) -> list[int]:
+        """:func:`background_probes` with each shaped feed's updates since its last success read off its cycle."""
+        assert shape is not None
+        res: list[int] = []
+        score: list[float] = []
+        waited: list[float] = []
+        for i in rest:
+            last = last_success[i]
+            res.append(resources[i])
+            if last is None:
+                score.append(math.inf)
+                waited.append(math.inf)
+                continue
+            s = shape[i]
+            expected = lam[i] * (max(now - last, 0) if s is None else s.mass(last, now))
+            score.append(max(weight[i], 0.0) * -math.expm1(-max(expected, 0.0)))
+            waited.append(float(max(now - last, 0)))
+        return rank_background(budget, res, score, waited)

@@ -769,6 +769,35 @@ class FeedUpdateModels:
             raise ValueError("edges must be ascending")
         return np.maximum(np.asarray(self._fit_for(feed).integral(e[:-1], e[1:]), dtype=np.float64), 0.0)
 
+    def cycle_profile(self, feed: FeedKey) -> tuple[float, float, tuple[float, ...]] | None:
+        """When in its cycle the feed changes: ``(start, cycle, weights)``, or ``None`` for a homogeneous model.
+
+        ``weights`` (mean 1) are the intensity relative to the model's mean
+        over equal bins of one ``cycle`` (seconds), the first bin starting at
+        ``start`` (model seconds): a seasonal model's own bins (hour of day or
+        of week, in the feed's offset), or, for a near-periodic one, one
+        period cut into bins of about a jitter (24 to 672 bins) with the slot
+        in the middle. The background allocation reads the feed through it
+        (``proxy.core.rates.CycleShape``). Poisson and prior models have no
+        cycle: their intensity is the mean at every time.
+        """
+        model = self._fit_for(feed)
+        if isinstance(model, SeasonalFit):
+            bins = len(model.weights)
+            start = -model.shift
+        elif isinstance(model, PeriodicFit):
+            bins = min(672, max(24, math.ceil(model.period / model.jitter)))
+            start = model.phase - model.period / 2
+        else:
+            return None
+        cycle = model.cycle if isinstance(model, SeasonalFit) else model.period
+        edges = start + cycle * np.arange(bins + 1) / bins
+        mass = np.maximum(np.asarray(model.integral(edges[:-1], edges[1:]), dtype=np.float64), 0.0)
+        total = float(mass.sum())
+        if not total > 0:
+            return None
+        return start, cycle, tuple(float(w) for w in mass * (bins / total))
+
     def change_probability(self, feed: FeedKey, a: float, b: float) -> float:
         """The chance the feed changed in ``(a, b]``: ``1 - exp(-Λ(a, b))``."""
         return -math.expm1(-self.expected_updates(feed, a, b))

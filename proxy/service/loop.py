@@ -42,6 +42,7 @@ import structlog
 
 from proxy.core.discovery import CaptureExplore
 from proxy.core.policies import Policy
+from proxy.core.rates import CycleShape
 from proxy.errors import StorageError
 from proxy.feeds import (
     Entry,
@@ -205,6 +206,7 @@ class ChrononLoop:
         last: list[int | None] = []
         rate: list[float] = []
         weight: list[float] = []
+        shape: list[CycleShape | None] = []
         length = self.clock.length
         for r, worth in evaluator.update_weights().items():
             slot = rt.feeds.by_resource.get(r)
@@ -214,7 +216,8 @@ class ChrononLoop:
             last.append(slot.last_success)
             rate.append(slot.mean_rate * slot.optimism * length)
             weight.append(worth)
-        return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window)
+            shape.append(slot.shape)
+        return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape)
 
     def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
                started_at: dt.datetime) -> None:
@@ -231,7 +234,7 @@ class ChrononLoop:
         if isinstance(result, Ok):
             models.observe_document(r, at, [e.published for e in result.entries])
         slot.last_success_at = at
-        slot.learn_rate(models, at)
+        slot.learn_rate(models, at, self.clock)
 
     async def stop(self) -> None:
         """Cancel the probes in flight (their results are lost; the feeds are probed again later)."""
