@@ -11,26 +11,32 @@ over many traces in seconds:
   probe that finds its update), chosen by ``CaptureExplore`` with the loop's
   inputs: rates from ``FeedUpdateModels`` (documents and censored probes, in
   seconds of 0.3 s chronons), made optimistic by the posterior's upper ``z``
-  quantile as ``FeedSlot.learn_rate`` does, and the weights of
+  quantile as ``FeedSlot.learn_rate`` does, the frequencies' trust in them
+  (``level_exponent``: the loop's ``LEVEL_EXPONENT``), and the weights of
   ``TriggerEvaluator.update_weights`` (a watch rule's worth spread over the
   feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed), with the
   AuctionWatch bookkeeping redone here;
 - scored like the live bench (``cei_outcome``) against the plain readers at
   equal probes (``match_probes``).
 
-What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
-update-time estimate (it dates a found update by its true chronon). So its
-figures are close to the live ones, not equal; a choice it suggests must be
-confirmed live.
+What it leaves out: HTTP timing, probes in flight, the evaluator's exact
+update-time estimate (it dates a found update by its true chronon), and the
+models' cycles (``FeedSlot.shape``: an hour-of-week profile cannot form in a
+run whose "days" last seconds). So its figures are close to the live ones,
+not equal; a choice it suggests must be confirmed live.
 
-    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 1 --z 2 --z 3 \\
-        TRACE.csv:PROFILES:BUDGET ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 \\
+        --level-exponent 1 --level-exponent 0 TRACE.csv:PROFILES:BUDGET ...
+
+Each column is one ``(z, level_exponent)`` pair; the last line of the output
+gives, per column, the worst and the median ratio to the better reader.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +49,7 @@ from proxy.core.model import CEI
 from proxy.core.rates import gamma_upper
 from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+from proxy.service.loop import LEVEL_EXPONENT
 
 LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
@@ -50,7 +57,8 @@ WEEK = 7 * 86_400.0
 CHRONONS, WINDOW, DAYS = 200, 10, 14
 
 
-def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, float, float, int]:
+def replay(path: Path, profiles: int, budget: int, z: float, level_exponent: float = LEVEL_EXPONENT,
+           ) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes."""
     bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=1,
                         budget=budget)
@@ -68,7 +76,7 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
     last: dict[int, int | None] = dict.fromkeys(watched)
     last_at: dict[int, float] = {}
     rate = dict.fromkeys(watched, 0.0)
-    allocator = CaptureExplore()
+    allocator = CaptureExplore(level_exponent=level_exponent)
     probes: list[ProbeRec] = []
     for t in range(CHRONONS):
         weight: dict[int, float] = defaultdict(float)
@@ -113,20 +121,27 @@ def replay(path: Path, profiles: int, budget: int, z: float) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
-    parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 1, 2)")
+    parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 2)")
+    parser.add_argument("--level-exponent", type=float, action="append",
+                        help=f"trust in the learnt rates to compare, in [0, 1] (default {LEVEL_EXPONENT:g})")
     args = parser.parse_args()
-    zs = args.z or [1.0, 2.0]
-    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(f"z = {z:g}" for z in zs) + " |")
-    print("|---|---:|---:|---:|---:|" + "---:|" * len(zs))
+    variants = [(z, e) for z in (args.z or [2.0]) for e in (args.level_exponent or [LEVEL_EXPONENT])]
+    print("| trace | profiles | budget | round-robin | adaptive | "
+          + " | ".join(f"z = {z:g}, e = {e:g}" for z, e in variants) + " |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(variants))
+    ratios: list[list[float]] = [[] for _ in variants]
     for spec in args.traces:
         name, profiles, budget = spec.rsplit(":", 2)
         cells = []
         rr = ad = math.nan
-        for z in zs:
-            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z)
-            cells.append(f"{100 * live:.1f} % ({live / max(rr, ad):.2f}×)")
+        for k, (z, e) in enumerate(variants):
+            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e)
+            ratios[k].append(live / max(rr, ad))
+            cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
         print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
               + " | ".join(cells) + " |")
+    print("| worst / median ratio | | | | | "
+          + " | ".join(f"{min(r):.2f}× / {statistics.median(r):.2f}×" for r in ratios) + " |")
 
 
 if __name__ == "__main__":

@@ -319,7 +319,13 @@ class CaptureExplore:
        ``z`` quantile of the feed's Gamma posterior (:func:`gamma_upper`):
        a feed seen for few chronons looks faster than its mean, so it keeps
        probes until its estimate tightens (UCB, Auer et al. 2002). Without a
-       posterior (rates known) ``λ⁺ = λ``. Recomputed every ``refresh``
+       posterior (rates known) ``λ⁺ = λ``. The frequencies fill feeds by
+       ``weight · (λ⁺)^level_exponent``: 1 is capture-optimal when the rates
+       are known; below 1 trusts a learnt level less. The service uses 0
+       (by weight alone, the rate still ranking the fill and the cycle still
+       saying when): rates learnt from a handful of updates are mostly noise,
+       and a watch rule's CEI needs its slow feeds' updates as much as its
+       fast ones (``docs/discovery.md``). Recomputed every ``refresh``
        chronons or when a new feed appears; executed by a
        :class:`FrequencyStride`;
     3. *fill*: any budget still unused (the stride's frequencies are capped
@@ -342,16 +348,21 @@ class CaptureExplore:
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_refresh", "_stride", "_z")
+    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_level_exponent", "_refresh", "_stride", "_z")
 
-    def __init__(self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10) -> None:
+    def __init__(
+        self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0
+    ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         if refresh < 1:
             raise ValueError(f"refresh must be >= 1, got {refresh}")
         if not math.isfinite(z):
             raise ValueError(f"z must be finite, got {z}")
+        if not 0.0 <= level_exponent <= 1.0:
+            raise ValueError(f"level_exponent must be in [0, 1], got {level_exponent}")
         self._z = z
+        self._level_exponent = level_exponent
         self._epsilon = epsilon
         self._refresh = refresh
         self._stride = FrequencyStride()
@@ -403,14 +414,15 @@ class CaptureExplore:
         shaped = [] if shape is None else [i for i in range(n) if shape[i] is not None]
         if self._freq_at is None or now - self._freq_at >= self._refresh or any(r not in self._freq for r in resources):
             self._freq_at = now
-            ahead = lam
+            e = self._level_exponent
+            ahead = lam if e == 1.0 else [x**e if x > 0 else 0.0 for x in lam]
             if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
                 span = max(window + 1, self._refresh)
-                ahead = list(lam)
+                ahead = list(ahead)
                 for i in shaped:
                     cycle = shape[i]
                     if cycle is not None:
-                        ahead[i] = lam[i] * cycle.mass(now, now + span) / span
+                        ahead[i] *= cycle.mass(now, now + span) / span
             f = capture_frequencies(ahead, weight, (1.0 - self._epsilon) * budget, window)
             self._freq = dict(zip(resources, f, strict=True))
         if budget == 0 or n == 0:
