@@ -54,8 +54,11 @@ class FeedSlot:
         shape, rate = models.posterior(self.resource)
         self.optimism = gamma_upper(shape, rate, OPTIMISM_Z) / (shape / rate)
         cycle = models.cycle_profile(self.resource)
-        self.shape = None if cycle is None else CycleShape(
-            (cycle[0] - clock.origin.timestamp()) / clock.length, cycle[1] / clock.length, cycle[2])
+        if cycle is None:
+            self.shape = None
+        elif self.shape is None or self.shape.weights is not cycle[2]:  # new only when the model's choice is
+            self.shape = CycleShape((cycle[0] - clock.origin.timestamp()) / clock.length, cycle[1] / clock.length,
+                                    cycle[2])
     seen: frozenset[str] | None = None
     """Identities of the last document this process parsed (None: none yet): what is new
     when the database cannot say (it is away; docs/operations.md)."""
