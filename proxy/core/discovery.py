@@ -448,8 +448,9 @@ class CaptureExplore:
         # 3. fill: work-conserving, by the greedy index on the optimistic rates.
         if len(out) < budget:
             rest = [i for i in range(n) if resources[i] not in taken]
-            if shaped:
-                filled = self._fill_shaped(budget - len(out), now, rest, resources, last_success, lam, weight, shape)
+            if shape is not None and shaped:
+                filled = self._fill_shaped(budget - len(out), now, rest, resources, last_success, lam, weight,
+                                           shape, shaped)
             else:
                 filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
                                            [last_success[i] for i in rest], [lam[i] for i in rest],
@@ -461,22 +462,20 @@ class CaptureExplore:
     @staticmethod
     def _fill_shaped(
         budget: int, now: int, rest: Sequence[int], resources: Sequence[int], last_success: Sequence[int | None],
-        lam: Sequence[float], weight: Sequence[float], shape: Sequence[CycleShape | None] | None,
+        lam: Sequence[float], weight: Sequence[float], shape: Sequence[CycleShape | None], shaped: Sequence[int],
     ) -> list[int]:
         """:func:`background_probes` with each shaped feed's updates since its last success read off its cycle."""
-        assert shape is not None
-        res: list[int] = []
-        score: list[float] = []
-        waited: list[float] = []
-        for i in rest:
-            last = last_success[i]
-            res.append(resources[i])
-            if last is None:
-                score.append(math.inf)
-                waited.append(math.inf)
-                continue
-            s = shape[i]
-            expected = lam[i] * (max(now - last, 0) if s is None else s.mass(last, now))
-            score.append(max(weight[i], 0.0) * -math.expm1(-max(expected, 0.0)))
-            waited.append(float(max(now - last, 0)))
-        return rank_background(budget, res, score, waited)
+        never = np.array([t is None for t in last_success], dtype=bool)
+        last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
+        elapsed = np.maximum(now - last, 0.0)
+        expected = np.maximum(np.asarray(lam, dtype=np.float64), 0.0) * elapsed
+        for i in shaped:  # only these pay a Python call: the others are one numpy product
+            cycle, t = shape[i], last_success[i]
+            if cycle is not None and t is not None:
+                expected[i] = max(lam[i], 0.0) * cycle.mass(t, now)
+        score = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * -np.expm1(-expected)
+        score[never] = np.inf
+        elapsed[never] = np.inf
+        idx = np.asarray(rest, dtype=np.int64)
+        res = np.asarray(resources, dtype=np.int64)[idx]
+        return rank_background(budget, res.tolist(), score[idx].tolist(), elapsed[idx].tolist())
