@@ -184,3 +184,26 @@ def test_equal_shaped_feeds_tie_by_id_and_the_budget_is_never_exceeded() -> None
 def test_shape_of_the_wrong_length_is_refused() -> None:
     with pytest.raises(ValueError, match="shape"):
         CaptureExplore().pick(1, 0, [0, 1], [None, None], [1.0, 1.0], [1.0, 1.0], 3, shape=[None])
+
+
+@pytest.mark.parametrize(
+    ("level_exponent", "expected"),
+    [
+        (1.0, [20, 0, 0]),  # weight x rate: feed 0 (1 x 0.5) over feed 2 (3 x 0.01)
+        (0.5, [20, 0, 0]),  # 1 x 0.71 still over 3 x 0.1
+        (0.0, [0, 0, 20]),  # weight alone: feed 2, three rules waiting for it
+    ],
+)
+def test_the_level_exponent_sets_how_much_the_rates_rank_the_frequencies(
+    level_exponent: float, expected: list[int]
+) -> None:
+    # Window 0: one feed's frequency (one probe per chronon, credit from the first chronon) takes
+    # the whole budget, so the frequencies alone decide every probe.
+    history = drive(CaptureExplore(epsilon=0.0, level_exponent=level_exponent), 1, 20, [0.5, 0.2, 0.01],
+                    [1.0, 1.0, 3.0], 0)
+    assert [sum(r in picked for picked in history) for r in range(3)] == expected
+
+
+def test_a_level_exponent_outside_0_1_is_refused() -> None:
+    with pytest.raises(ValueError, match="level_exponent"):
+        CaptureExplore(level_exponent=1.5)
