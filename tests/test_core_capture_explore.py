@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import gamma, norm
 
 from proxy.core.discovery import CaptureExplore
-from proxy.core.rates import OnlineRates, gamma_upper
+from proxy.core.rates import CycleShape, OnlineRates, gamma_upper
 
 
 @pytest.mark.parametrize(("shape", "rate", "z"), [(1, 10, 1.0), (1, 10, 2.0), (3, 50, 1.0), (20, 400, 1.0),
@@ -51,13 +51,14 @@ def test_optimistic_rates_scale_by_the_posterior_quantile(
 
 
 def drive(alloc: CaptureExplore, budget: int, chronons: int, rate: list[float], weight: list[float],
-          window: int, resources: list[int] | None = None) -> list[list[int]]:
+          window: int, resources: list[int] | None = None,
+          shape: list[CycleShape | None] | None = None) -> list[list[int]]:
     """Run ``alloc`` over ``chronons``: every probe succeeds; the invariants hold at every chronon."""
     res = resources if resources is not None else list(range(len(rate)))
     last: dict[int, int | None] = dict.fromkeys(res)
     out = []
     for t in range(chronons):
-        picked = alloc.pick(budget, t, res, [last[r] for r in res], rate, weight, window)
+        picked = alloc.pick(budget, t, res, [last[r] for r in res], rate, weight, window, shape=shape)
         assert len(picked) <= budget and len(set(picked)) == len(picked) and set(picked) <= set(res)
         for r in picked:
             last[r] = t
@@ -124,3 +125,85 @@ def test_bad_parameters_are_refused() -> None:
         CaptureExplore(refresh=0)
     with pytest.raises(ValueError, match="same length"):
         CaptureExplore().pick(1, 0, [0, 1], [None], [1.0, 1.0], [1.0, 1.0], 3)
+
+
+@pytest.mark.parametrize(
+    ("start", "length", "weights", "a", "b", "expected"),
+    [
+        (0.0, 10.0, (1.0,), 3.0, 7.5, 4.5),  # flat: the length of the interval
+        (0.0, 100.0, (2.0, 0.0), 10.0, 30.0, 40.0),  # busy half: twice the mean
+        (0.0, 100.0, (2.0, 0.0), 60.0, 90.0, 0.0),  # quiet half: nothing expected
+        (0.0, 100.0, (2.0, 0.0), 40.0, 110.0, 40.0),  # across the cycle's end: 10 busy + 10 busy again
+        (10.0, 100.0, (2.0, 0.0), -90.0, 10.0, 100.0),  # a whole cycle before the start: its mean
+        (0.0, 100.0, (2.0, 0.0), 0.0, 1000.0, 1000.0),  # ten cycles
+        (0.0, 100.0, (1.5, 0.5, 1.0, 1.0), 20.0, 30.0, 10.0),  # across two bins: 5 × 1.5 + 5 × 0.5
+        (0.0, 100.0, (2.0, 0.0), 30.0, 30.0, 0.0),  # empty interval
+        (0.0, 100.0, (2.0, 0.0), 30.0, 20.0, 0.0),  # reversed: 0, not negative
+    ],
+)
+def test_cycle_shape_mass(start: float, length: float, weights: tuple[float, ...], a: float, b: float,
+                          expected: float) -> None:
+    assert CycleShape(start, length, weights).mass(a, b) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("start", "length", "weights", "match"),
+    [(0.0, 0.0, (1.0,), "length"), (math.nan, 10.0, (1.0,), "finite"), (0.0, 10.0, (), "weights"),
+     (0.0, 10.0, (1.0, -1.0, 3.0), "weights"), (0.0, 10.0, (2.0, 2.0), "mean 1")],
+)
+def test_a_bad_cycle_shape_is_refused(start: float, length: float, weights: tuple[float, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        CycleShape(start, length, weights)
+
+
+def busy_and_quiet_probes(shaped: bool) -> tuple[int, int]:
+    """Feed 0 changes only in the first half of each 100-chronon cycle; feeds 1-5 all the time; same mean rate."""
+    cycle = CycleShape(0.0, 100.0, (2.0, 0.0))
+    history = drive(CaptureExplore(epsilon=0.0), 1, 1000, [0.1] * 6, [1.0] * 6, 4,
+                    shape=[cycle if shaped else None] + [None] * 5)
+    busy = sum(0 in picked for t, picked in enumerate(history) if t % 100 < 50)
+    quiet = sum(0 in picked for t, picked in enumerate(history) if t % 100 >= 50)
+    return busy, quiet
+
+
+def test_a_seasonal_feed_gets_its_probes_in_its_busy_hours() -> None:
+    # The same budget (1 per chronon) and mean rates. Read at its mean, feed 0 is probed every
+    # window + 1 = 5 chronons all the time; read off its cycle, as often in its busy half (all its
+    # updates caught) and never in its quiet half, whose 100 probes go to the other feeds.
+    assert busy_and_quiet_probes(shaped=False) == (100, 100)
+    assert busy_and_quiet_probes(shaped=True) == (100, 0)
+
+
+def test_equal_shaped_feeds_tie_by_id_and_the_budget_is_never_exceeded() -> None:
+    cycle = CycleShape(0.0, 20.0, (1.8, 0.2))
+    history = drive(CaptureExplore(epsilon=0.0), 1, 40, [0.3, 0.3], [1.0, 1.0], 1, shape=[cycle, cycle])
+    assert history[:4] == [[0], [1], [0], [1]]  # never probed: the smaller id first; then the stride alternates
+    assert all(len(picked) <= 1 for picked in history)
+
+
+def test_shape_of_the_wrong_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="shape"):
+        CaptureExplore().pick(1, 0, [0, 1], [None, None], [1.0, 1.0], [1.0, 1.0], 3, shape=[None])
+
+
+@pytest.mark.parametrize(
+    ("level_exponent", "expected"),
+    [
+        (1.0, [20, 0, 0]),  # weight x rate: feed 0 (1 x 0.5) over feed 2 (3 x 0.01)
+        (0.5, [20, 0, 0]),  # 1 x 0.71 still over 3 x 0.1
+        (0.0, [0, 0, 20]),  # weight alone: feed 2, three rules waiting for it
+    ],
+)
+def test_the_level_exponent_sets_how_much_the_rates_rank_the_frequencies(
+    level_exponent: float, expected: list[int]
+) -> None:
+    # Window 0: one feed's frequency (one probe per chronon, credit from the first chronon) takes
+    # the whole budget, so the frequencies alone decide every probe.
+    history = drive(CaptureExplore(epsilon=0.0, level_exponent=level_exponent), 1, 20, [0.5, 0.2, 0.01],
+                    [1.0, 1.0, 3.0], 0)
+    assert [sum(r in picked for picked in history) for r in range(3)] == expected
+
+
+def test_a_level_exponent_outside_0_1_is_refused() -> None:
+    with pytest.raises(ValueError, match="level_exponent"):
+        CaptureExplore(level_exponent=1.5)

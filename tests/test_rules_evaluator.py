@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.rules import (
     ChrononGrid,
+    FeedUpdateModels,
+    GammaPrior,
     Op,
     OpenCei,
     ProfileSpec,
@@ -21,9 +25,10 @@ from proxy.rules import (
     SealCei,
     TriggerEvaluator,
     UnknownFeedError,
-    UpdateModel,
+    UpdateModelSettings,
     apply_ops,
 )
+from proxy.rules.evaluator import MAX_OVERWRITE
 from proxy.sim.generate import Life, Reveal, profile_ceis
 
 ORIGIN = datetime(2026, 1, 5, 0, 0, tzinfo=UTC)  # a Monday, midnight UTC
@@ -308,35 +313,63 @@ def test_update_trigger_default_slack_is_one_chronon() -> None:
     assert ev.on_notification(MISH, 4) == [OpenCei("p/0:0", "p", "p/0", ((MISH, 4, 5),), False)]
 
 
-def test_overwrite_life_uses_the_mean_inter_update_time() -> None:
-    body = trigger_body({"feed": "FEED_MISH", "on": "ping"}, query=[{"feed": "Q", "overwrite": True}, {"feed": "FEED_CNN", "within": "0s"}])
-    ev = evaluator(body, update_model=UpdateModel(alpha=0.5, default_interval=7, max_interval=50))
-    ev.on_notification(MISH, 0)
-    # No update of Q seen yet: the default interval, [t, t + 7 - 1]; within 0s is [t, t].
-    assert ev.on_probe(MISH, 0, True, [Entry()]) == [RevealEi("p/0:0", 20, 0, 6, False), RevealEi("p/0:0", CNN, 0, 0, True)]
-    for t in (10, 20, 40):  # gaps 10, 20 -> EWMA 10, then 0.5*20 + 0.5*10 = 15
-        ev.observe_update(20, t)
-    ev.on_notification(MISH, 41)
-    assert ev.on_probe(MISH, 41, True, [Entry()])[0] == RevealEi("p/0:1", 20, 41, 55, False)
-    ev.observe_update(20, 1000)  # gap 960 -> clamped to max_interval
-    ev.on_notification(MISH, 1001)
-    assert ev.on_probe(MISH, 1001, True, [Entry()])[0] == RevealEi("p/0:2", 20, 1001, 1050, False)
+def overwrite_finish(models: FeedUpdateModels, t: int) -> int:
+    """The finish of the overwrite query EI a trigger at chronon ``t`` opens for feed Q."""
+    body = trigger_body({"feed": "FEED_MISH", "on": "ping"},
+                        query=[{"feed": "Q", "overwrite": True}, {"feed": "FEED_CNN", "within": "0s"}])
+    ev = evaluator(body, update_models=models)
+    ev.on_notification(MISH, t)
+    ops = ev.on_probe(MISH, t, True, [Entry()])
+    assert ops[1] == RevealEi("p/0:0", CNN, t, t, True)  # within 0s: [t, t]
+    assert isinstance(ops[0], RevealEi) and (ops[0].resource, ops[0].start) == (20, t)
+    return ops[0].finish
 
 
-def test_update_model_ignores_repeats_and_learns_from_probes() -> None:
-    model = UpdateModel(alpha=1.0)
-    assert model.observe(3, 5) and not model.observe(3, 5) and not model.observe(3, 4)
-    assert model.mean_interval(3) == model.default_interval
-    model.observe(3, 9)
-    assert model.mean_interval(3) == 4
-    ev = TriggerEvaluator(GRID, update_model=model)
-    ev.on_probe(3, 12, True, [Entry()])  # the feed's first success: its backlog, not an update
-    assert model.mean_interval(3) == 4
-    ev.on_probe(3, 12, True, [Entry()], previous_success=11)  # changed in (11, 12]: gap 3
-    assert model.mean_interval(3) == 3
-    ev.on_probe(3, 20, True, [])  # nothing new: no update
-    ev.on_probe(3, 21, False, [Entry()])  # failed: nothing
-    assert model.snapshot([3]) == {"3": [12, 3.0]}
+def test_overwrite_life_lasts_until_the_models_expected_next_update() -> None:
+    models = FeedUpdateModels()
+    # Nothing known of Q: the population prior, one update per 6 h at first: [t, t + 360 - 1].
+    assert 1 / models.prior.mean == 6 * 3600
+    assert overwrite_finish(models, 100) == 100 + 359
+    # Q learnt as a Poisson feed of 2 updates per hour: about its mean interval of 30 min.
+    start = ORIGIN.timestamp() - 2 * 86_400
+    models.observe_document(20, ORIGIN.timestamp(), [start + 1800 * k + 60 * (k % 3) for k in range(96)])
+    assert models.estimate(20).kind == "poisson"
+    expected = models.next_expected_update(20, GRID.start_of(100).timestamp())
+    assert overwrite_finish(models, 100) == 100 + math.ceil((expected - GRID.start_of(100).timestamp()) / 60) - 1
+    assert 100 + 25 <= overwrite_finish(models, 100) <= 100 + 35
+
+
+def test_overwrite_life_of_a_daily_digest_ends_before_its_next_slot() -> None:
+    """A near-periodic model: the life depends on when the EI opens, not only on the mean interval."""
+    models = FeedUpdateModels()
+    rng = np.random.default_rng(5)
+    day = 86_400.0
+    times = [ORIGIN.timestamp() - 60 * day + k * day + 6 * 3600 + float(rng.normal(0, 300)) for k in range(60)]
+    for k in range(10, 61, 10):
+        models.observe_document(20, times[k - 1] + 3600, times[k - 10:k])
+    assert models.estimate(20).kind == "periodic"
+    # ORIGIN is a Monday 00:00 UTC: chronon 5 * 60 is 05:00, the slot at 06:00.
+    assert 5 * 60 + 55 <= overwrite_finish(models, 5 * 60) <= 5 * 60 + 60
+    # Opened at 07:00, just after the slot: it lives until the next day's, about 23 h (1,380 chronons).
+    assert 7 * 60 + 1370 <= overwrite_finish(models, 7 * 60) <= 7 * 60 + 1385
+
+
+def test_overwrite_life_is_at_least_one_chronon_and_at_most_a_day() -> None:
+    models = FeedUpdateModels()
+    start = ORIGIN.timestamp() - 86_400
+    models.observe_document(20, ORIGIN.timestamp(), [start + 10.0 * k * 60 for k in range(144)])  # every 10 min
+    slow = FeedUpdateModels(UpdateModelSettings(default_prior=GammaPrior(1.0, 1e9)))  # one update per ~30 years
+    assert overwrite_finish(slow, 50) == 50 + MAX_OVERWRITE - 1
+    assert 50 + 5 <= overwrite_finish(models, 50) <= 50 + 15
+
+
+def test_the_evaluator_reads_the_update_models_and_never_feeds_them() -> None:
+    """Whoever owns the models teaches them (the service's loop); an update a probe found is not counted twice."""
+    models = FeedUpdateModels()
+    ev = evaluator(trigger_body({"feed": "FEED_MISH", "on": "update"}), update_models=models)
+    ev.on_notification(MISH, 3)
+    ev.on_probe(MISH, 12, True, [Entry()], previous_success=11)
+    assert models.feeds() == []
 
 
 # --------------------------------------------------------------------------- AuctionWatch
@@ -518,11 +551,10 @@ def test_snapshot_restore_continues_identically(cut: int) -> None:
 
     first = _full_evaluator()
     before = _run(first, events[:cut])
-    # What the service stores: rule states and the update model, as JSON.
+    # What the service stores of the evaluator: rule states, as JSON (the update models are the service's).
     stored = json.dumps(
         {
             "rules": {rid: first.snapshot_state(rid) for pid in first.profile_ids() for rid in first.rule_ids(pid)},
-            "models": first.snapshot_update_models(),
         }
     )
 
@@ -531,7 +563,6 @@ def test_snapshot_restore_continues_identically(cut: int) -> None:
     for pid, body in _all_profiles().items():
         for rid in restarted.add_profile(pid, ProfileSpec.model_validate(body), FEEDS):
             restarted.restore_state(rid, loaded["rules"][rid])
-    restarted.restore_update_models(loaded["models"])
     assert before + _run(restarted, events[cut:]) == expected
 
 
@@ -625,7 +656,6 @@ def test_snapshot_restore_at_any_chronon_property(script: list[list[tuple[Any, .
     stored = json.dumps(
         {
             "rules": {rid: first.snapshot_state(rid) for pid in first.profile_ids() for rid in first.rule_ids(pid)},
-            "models": first.snapshot_update_models(),
         }
     )
     loaded = json.loads(stored)
@@ -633,7 +663,6 @@ def test_snapshot_restore_at_any_chronon_property(script: list[list[tuple[Any, .
     for pid, body in _all_profiles().items():
         for rid in restarted.add_profile(pid, ProfileSpec.model_validate(body), FEEDS):
             restarted.restore_state(rid, loaded["rules"][rid])
-    restarted.restore_update_models(loaded["models"])
     assert before + play(restarted, range(cut, len(script))) == expected
 
 

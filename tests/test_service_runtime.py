@@ -7,7 +7,8 @@ import datetime as dt
 import pytest
 
 from proxy.core.engine import CeiState
-from proxy.rules import ChrononGrid, ProfileSpec, UnknownFeedError
+from proxy.feeds import Entry
+from proxy.rules import ChrononGrid, ProfileSpec, RevealEi, UnknownFeedError
 from proxy.service._persist import AddCei, AddEi, Captured, Resolved, RuleStates, Seal
 from proxy.service.runtime import Runtime, check_feeds, rule_key
 from proxy.store import Cei, Ei, Feed, Profile, Rule
@@ -182,3 +183,22 @@ def test_blocked_feeds_are_holes_disabled_and_waiting_ones_until_their_time() ->
     b.disabled = False
     table.note(b)
     assert table.blocked(14, later) == set(range(11)) | {13}
+
+
+def test_overwrite_lives_read_the_models_the_loop_teaches() -> None:
+    """One update model per feed: what the loop learns from probes sizes the evaluator's overwrite EIs."""
+    rt = _runtime()
+    assert rt.evaluator.models is rt.models
+    spec = {"name": "p", "rules": [{"name": "o", "trigger": {"feed": str(MISH), "on": "update"},
+                                    "query": [{"feed": str(CNN), "overwrite": True}]}]}
+    rt.evaluator.add_profile("p", ProfileSpec.model_validate(spec), rt.feeds.resource_of)
+    # CNN (resource 1) publishes every 20 min; its document teaches the shared models.
+    now = T0.timestamp() + 86_400
+    rt.models.observe_document(1, now, [now - 1200.0 * k - 30 * (k % 4) for k in range(72, 0, -1)])
+    t = 24 * 60  # the chronon of `now`
+    rt.evaluator.on_notification(0, t)
+    ops = rt.evaluator.on_probe(0, t, True, [Entry(identity='x', title='x', link=None, summary=None, content=None, published=None)], previous_success=t - 1)
+    reveal = ops[-1]
+    assert isinstance(reveal, RevealEi) and reveal.resource == 1
+    finish = reveal.finish
+    assert t + 15 <= finish <= t + 25  # the prior alone would give 6 h (360 chronons)

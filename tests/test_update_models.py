@@ -439,6 +439,7 @@ def test_kind_counts_agree_with_estimate_without_refitting() -> None:
 def test_the_posterior_narrows_with_data_and_the_slot_optimism_follows() -> None:
     """The background's optimism: a feed seen little looks faster than its mean, one seen a lot does not."""
     from proxy.service._feeds import OPTIMISM_Z, FeedSlot
+    from proxy.service.clock import ChrononClock
 
     m = FeedUpdateModels(EXACT)
     assert m.posterior("unknown") == (m.prior.alpha, m.prior.beta)
@@ -453,7 +454,40 @@ def test_the_posterior_narrows_with_data_and_the_slot_optimism_follows() -> None
         if n >= 30:
             assert shape / rate * HOUR == pytest.approx(2.0, rel=0.3)
         slot.resource = feed
-        slot.learn_rate(m, times[-1] + 60)
+        slot.learn_rate(m, times[-1] + 60, ChrononClock(datetime(2026, 1, 1, tzinfo=UTC), 60.0))
         factors.append(slot.optimism)
+        assert slot.shape is None  # Poisson: no cycle
     assert factors[0] > factors[1] > factors[2] > 1.0
     assert factors[2] < 1 + 1.5 * OPTIMISM_Z / math.sqrt(300)  # about 1 + z/sqrt(n) with plenty of data
+
+
+@pytest.mark.parametrize("kind", ["office", "digest"])
+def test_cycle_profile_reproduces_the_models_intensity(kind: str) -> None:
+    """The background allocation's view of a seasonal or periodic feed (a CycleShape) is the model's Λ."""
+    from proxy.core.rates import CycleShape
+
+    m = FeedUpdateModels()
+    if kind == "office":
+        feed_documents(m, kind, office_hours(600, seed=3))
+    else:
+        rng = np.random.default_rng(5)
+        feed_documents(m, kind, [T0 + k * DAY + 6 * HOUR + float(rng.normal(0, 600)) for k in range(60)],
+                       window=10, every=1)
+    profile = m.cycle_profile(kind)
+    assert profile is not None
+    start, cycle, weights = profile
+    assert cycle == ({DAY: 24, WEEK: 168}[cycle] and cycle) if kind == "office" else cycle == DAY
+    assert sum(weights) / len(weights) == pytest.approx(1.0)
+    shape = CycleShape(start / 60, cycle / 60, weights)  # one-minute chronons, origin at POSIX 0
+    mean = m.expected_updates(kind, start, start + cycle) / cycle  # per second over one cycle
+    later = T0 + 70 * DAY
+    for a, b in ((later, later + 3 * HOUR), (later + 5 * HOUR, later + 7 * HOUR), (later, later + 9 * DAY)):
+        expected = m.expected_updates(kind, a, b)
+        assert mean * 60 * shape.mass(a / 60, b / 60) == pytest.approx(expected, rel=0.02, abs=0.02)
+
+
+def test_a_poisson_feed_has_no_cycle_profile() -> None:
+    m = FeedUpdateModels(EXACT)
+    feed_documents(m, "p", poisson_times(1.0, 200, seed=7))
+    assert m.cycle_profile("p") is None
+    assert m.cycle_profile("never seen") is None

@@ -11,7 +11,8 @@ over many traces in seconds:
   probe that finds its update), chosen by ``CaptureExplore`` with the loop's
   inputs: rates from ``FeedUpdateModels`` (documents and censored probes, in
   seconds of 0.3 s chronons), made optimistic by the posterior's upper ``z``
-  quantile as ``FeedSlot.learn_rate`` does, and the weights of
+  quantile as ``FeedSlot.learn_rate`` does, the frequencies' trust in them
+  (``level_exponent``: the loop's ``LEVEL_EXPONENT``), and the weights of
   ``TriggerEvaluator.update_weights`` (a watch rule's worth spread over the
   feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed), with the
   AuctionWatch bookkeeping redone here;
@@ -24,21 +25,26 @@ over many traces in seconds:
   weeks at their real pace (200 chronons of 1.68 h), where the models' prior
   lets predictions come due; at the bench's 0.3 s they never do.
 
-What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
-update-time estimate (it dates a found update by its true chronon). So its
-figures are close to the live ones, not equal; a choice it suggests must be
-confirmed live.
+What it leaves out: HTTP timing, probes in flight, the evaluator's exact
+update-time estimate (it dates a found update by its true chronon), and the
+models' cycles (``FeedSlot.shape``: an hour-of-week profile cannot form in a
+run whose "days" last seconds). So its figures are close to the live ones,
+not equal; a choice it suggests must be confirmed live.
 
-    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 1 --z 2 --z 3 \\
-        TRACE.csv:PROFILES:BUDGET ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 \\
+        --level-exponent 1 --level-exponent 0 TRACE.csv:PROFILES:BUDGET ...
     .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 --chronon-seconds 6048 \\
         --predicted off --predicted sup --predicted fbsup TRACE.csv:PROFILES:BUDGET ...
+
+Each column is one ``(z, level_exponent, predicted)`` choice; the last line of
+the output gives, per column, the worst and the median ratio to the better reader.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +57,7 @@ from proxy.core.model import CEI
 from proxy.core.rates import gamma_upper
 from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+from proxy.service.loop import LEVEL_EXPONENT
 from proxy.service.predicted import Predicted, PredictedProbes
 
 LENGTH = 0.3  # seconds per chronon, as the live bench
@@ -59,9 +66,9 @@ WEEK = 7 * 86_400.0
 CHRONONS, WINDOW, DAYS = 200, 10, 14
 
 
-def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "off",
-           share: float = 1.0, length: float = LENGTH, kinds: frozenset[str] | None = None,
-           ) -> tuple[float, float, float, int]:
+def replay(path: Path, profiles: int, budget: int, z: float, level_exponent: float = LEVEL_EXPONENT,
+           predicted: str = "off", share: float = 1.0, length: float = LENGTH,
+           kinds: frozenset[str] | None = None) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -85,7 +92,7 @@ def replay(path: Path, profiles: int, budget: int, z: float, predicted: str = "o
     last: dict[int, int | None] = dict.fromkeys(watched)
     last_at: dict[int, float] = {}
     rate = dict.fromkeys(watched, 0.0)
-    allocator = CaptureExplore()
+    allocator = CaptureExplore(level_exponent=level_exponent)
     mode = Predicted(predicted)
     planner = (None if mode is Predicted.OFF
                else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
@@ -144,7 +151,9 @@ def _mode(text: str) -> tuple[str, str, float, frozenset[str] | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
-    parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 1, 2)")
+    parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 2)")
+    parser.add_argument("--level-exponent", type=float, action="append",
+                        help=f"trust in the learnt rates to compare, in [0, 1] (default {LEVEL_EXPONENT:g})")
     parser.add_argument("--predicted", action="append",
                         help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
                              "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
@@ -152,22 +161,27 @@ def main() -> None:
                         help=f"seconds per chronon on the models' clock (default {LENGTH}, the live bench's; "
                              f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
     args = parser.parse_args()
-    zs = args.z or [1.0, 2.0]
     modes = [_mode(m) for m in args.predicted or ["off"]]
-    columns = [(z, *m) for z in zs for m in modes]
-    heads = [f"z = {z:g}" + ("" if args.predicted is None else f", {text}") for z, text, *_ in columns]
+    columns = [(z, e, *m) for z in (args.z or [2.0])
+               for e in (args.level_exponent or [LEVEL_EXPONENT]) for m in modes]
+    heads = [f"z = {z:g}, e = {e:g}" + ("" if args.predicted is None else f", {text}")
+             for z, e, text, *_ in columns]
     print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(heads) + " |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(columns))
+    ratios: list[list[float]] = [[] for _ in columns]
     for spec in args.traces:
         name, profiles, budget = spec.rsplit(":", 2)
         cells = []
         rr = ad = math.nan
-        for z, _, mode, share, kinds in columns:
-            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, mode, share, args.chronon_seconds,
-                                     kinds)
-            cells.append(f"{100 * live:.1f} % ({live / max(rr, ad):.2f}×)")
+        for k, (z, e, _, mode, share, kinds) in enumerate(columns):
+            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e, mode, share,
+                                     args.chronon_seconds, kinds)
+            ratios[k].append(live / max(rr, ad))
+            cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
         print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
               + " | ".join(cells) + " |")
+    print("| worst / median ratio | | | | | "
+          + " | ".join(f"{min(r):.2f}× / {statistics.median(r):.2f}×" for r in ratios) + " |")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from proxy.core.rates import gamma_upper
+from proxy.core.rates import CycleShape, gamma_upper
 
 __all__ = [
     "CaptureExplore",
@@ -319,29 +319,50 @@ class CaptureExplore:
        ``z`` quantile of the feed's Gamma posterior (:func:`gamma_upper`):
        a feed seen for few chronons looks faster than its mean, so it keeps
        probes until its estimate tightens (UCB, Auer et al. 2002). Without a
-       posterior (rates known) ``λ⁺ = λ``. Recomputed every ``refresh``
+       posterior (rates known) ``λ⁺ = λ``. The frequencies fill feeds by
+       ``weight · (λ⁺)^level_exponent``: 1 is capture-optimal when the rates
+       are known; below 1 trusts a learnt level less. The service uses 0
+       (by weight alone, the rate still ranking the fill and the cycle still
+       saying when): rates learnt from a handful of updates are mostly noise,
+       and a watch rule's CEI needs its slow feeds' updates as much as its
+       fast ones (``docs/discovery.md``). Recomputed every ``refresh``
        chronons or when a new feed appears; executed by a
        :class:`FrequencyStride`;
     3. *fill*: any budget still unused (the stride's frequencies are capped
        at one probe per ``window + 1`` chronons, so they often leave some) goes
-       to the greedy index (:func:`background_probes`) on ``λ⁺``: the
-       allocation is work-conserving.
+       to the greedy index ``weight · P(changed since the last success)``
+       (:func:`background_probes`) on ``λ⁺``: the allocation is
+       work-conserving.
+
+    A feed with a :class:`CycleShape` (a seasonal or near-periodic update
+    model) is read at the time that matters rather than at its mean: its
+    frequency uses the updates expected over the next ``max(window + 1,
+    refresh)`` chronons (the ones the strided probes until the next refresh
+    can capture), and its fill index the updates expected since its last
+    successful probe, both from the shape's cumulative intensity. So an
+    office-hours feed gets its probes in office hours and a daily digest just
+    after its slot, within the same budget.
 
     Deterministic (ties by resource id): no RNG. Stateful (stride credit,
     explore credit, frequencies): one instance per epoch, shown every chronon.
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_refresh", "_stride", "_z")
+    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_level_exponent", "_refresh", "_stride", "_z")
 
-    def __init__(self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10) -> None:
+    def __init__(
+        self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0
+    ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         if refresh < 1:
             raise ValueError(f"refresh must be >= 1, got {refresh}")
         if not math.isfinite(z):
             raise ValueError(f"z must be finite, got {z}")
+        if not 0.0 <= level_exponent <= 1.0:
+            raise ValueError(f"level_exponent must be in [0, 1], got {level_exponent}")
         self._z = z
+        self._level_exponent = level_exponent
         self._epsilon = epsilon
         self._refresh = refresh
         self._stride = FrequencyStride()
@@ -368,25 +389,41 @@ class CaptureExplore:
         weight: Sequence[float],
         window: int,
         posterior: Sequence[tuple[float, float]] | None = None,
+        shape: Sequence[CycleShape | None] | None = None,
     ) -> list[int]:
         """At most ``budget`` distinct ``resources`` to probe at ``now``: explored, then strided, then filled.
 
-        Arguments as :func:`background_probes`; ``window``: the watch rules'
-        ``W`` (EIs ``[u, u + W]``); ``posterior[i]``: the ``(shape, rate)``
-        of the Gamma posterior of resource ``i``'s rate (updates found + prior,
-        chronons observed + prior), or ``None`` when rates are known.
+        Arguments as :func:`background_probes` (``rate``: the mean rate per
+        chronon); ``window``: the watch rules' ``W`` (EIs ``[u, u + W]``);
+        ``posterior[i]``: the ``(shape, rate)`` of the Gamma posterior of
+        resource ``i``'s rate (updates found + prior, chronons observed +
+        prior), or ``None`` when rates are known; ``shape[i]``: when in its
+        cycle resource ``i`` changes (``None``: homogeneous, as is every
+        resource when ``shape`` is ``None``).
         """
         n = len(resources)
         if not n == len(last_success) == len(rate) == len(weight):
             raise ValueError("resources, last_success, rate and weight must have the same length")
+        if shape is not None and len(shape) != n:
+            raise ValueError("shape and resources must have the same length")
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
         lam = self.optimistic(rate, posterior)
+        shaped = [] if shape is None else [i for i in range(n) if shape[i] is not None]
         if self._freq_at is None or now - self._freq_at >= self._refresh or any(r not in self._freq for r in resources):
             self._freq_at = now
-            f = capture_frequencies(lam, weight, (1.0 - self._epsilon) * budget, window)
+            e = self._level_exponent
+            ahead = lam if e == 1.0 else [x**e if x > 0 else 0.0 for x in lam]
+            if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
+                span = max(window + 1, self._refresh)
+                ahead = list(ahead)
+                for i in shaped:
+                    cycle = shape[i]
+                    if cycle is not None:
+                        ahead[i] *= cycle.mass(now, now + span) / span
+            f = capture_frequencies(ahead, weight, (1.0 - self._epsilon) * budget, window)
             self._freq = dict(zip(resources, f, strict=True))
         if budget == 0 or n == 0:
             self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues
@@ -411,9 +448,34 @@ class CaptureExplore:
         # 3. fill: work-conserving, by the greedy index on the optimistic rates.
         if len(out) < budget:
             rest = [i for i in range(n) if resources[i] not in taken]
-            filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
-                                       [last_success[i] for i in rest], [lam[i] for i in rest],
-                                       [weight[i] for i in rest])
+            if shape is not None and shaped:
+                filled = self._fill_shaped(budget - len(out), now, rest, resources, last_success, lam, weight,
+                                           shape, shaped)
+            else:
+                filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
+                                           [last_success[i] for i in rest], [lam[i] for i in rest],
+                                           [weight[i] for i in rest])
             self._stride.spend(filled)
             out += filled
         return out
+
+    @staticmethod
+    def _fill_shaped(
+        budget: int, now: int, rest: Sequence[int], resources: Sequence[int], last_success: Sequence[int | None],
+        lam: Sequence[float], weight: Sequence[float], shape: Sequence[CycleShape | None], shaped: Sequence[int],
+    ) -> list[int]:
+        """:func:`background_probes` with each shaped feed's updates since its last success read off its cycle."""
+        never = np.array([t is None for t in last_success], dtype=bool)
+        last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
+        elapsed = np.maximum(now - last, 0.0)
+        expected = np.maximum(np.asarray(lam, dtype=np.float64), 0.0) * elapsed
+        for i in shaped:  # only these pay a Python call: the others are one numpy product
+            cycle, t = shape[i], last_success[i]
+            if cycle is not None and t is not None:
+                expected[i] = max(lam[i], 0.0) * cycle.mass(t, now)
+        score = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * -np.expm1(-expected)
+        score[never] = np.inf
+        elapsed[never] = np.inf
+        idx = np.asarray(rest, dtype=np.int64)
+        res = np.asarray(resources, dtype=np.int64)[idx]
+        return rank_background(budget, res.tolist(), score[idx].tolist(), elapsed[idx].tolist())

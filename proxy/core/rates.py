@@ -21,6 +21,9 @@ Implementations here:
   posterior mean. Its cost against :class:`KnownRates` is the cost of learning.
 * :class:`PlannedUpdates` — a predictor from a list of predicted update
   chronons per resource (paper 002's FPN model: the true trace with noise).
+* :class:`CycleShape` — when in its cycle (a week, a day, a digest's period)
+  a feed changes, relative to its mean rate: how the background allocation
+  reads a seasonal or near-periodic model at the chronons that matter.
 
 The rich per-feed models of the service (``proxy.rules.update_models``, in
 seconds) are meant to be adapted to these Protocols; this module does not
@@ -32,9 +35,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "CycleShape",
     "KnownRates",
     "OnlineRates",
     "PlannedUpdates",
@@ -219,3 +224,54 @@ def gamma_upper(shape: float, rate: float, z: float) -> float:
         raise ValueError("shape and rate must be > 0")
     c = 1.0 - 1.0 / (9.0 * shape) + z / (3.0 * math.sqrt(shape))
     return shape / rate * max(c, 0.0) ** 3
+
+
+@dataclass(frozen=True, slots=True)
+class CycleShape:
+    """A feed's update intensity over a repeating cycle relative to its mean rate, in chronons.
+
+    ``weights`` are equal bins of one cycle of ``length`` chronons, the first
+    starting at chronon ``start`` (fractional chronons are fine: a cycle is a
+    week or a digest's period, not a whole number of chronons); their mean is
+    1, so ``rate · mass(a, b)`` is the expected number of updates in
+    ``(a, b]`` of a feed whose mean rate is ``rate`` per chronon, and a
+    homogeneous feed (no shape) has ``mass(a, b) = b − a``. The service builds
+    one from a seasonal (hour-of-week) or near-periodic update model
+    (``FeedUpdateModels.cycle_profile``); the level stays separate, so the
+    optimism about a feed's rate scales its shape. Pure arithmetic on floats:
+    a few operations per call, cheap enough for every watched feed each chronon.
+    """
+
+    start: float
+    length: float
+    weights: tuple[float, ...]
+    _cum: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start) and math.isfinite(self.length) and self.length > 0):
+            raise ValueError(f"a cycle needs a finite start and a length > 0, got {self.start}, {self.length}")
+        if not self.weights or any(not (math.isfinite(w) and w >= 0) for w in self.weights):
+            raise ValueError("weights must be finite, >= 0 and not empty")
+        mean = sum(self.weights) / len(self.weights)
+        if abs(mean - 1.0) > 1e-6:
+            raise ValueError(f"weights must have mean 1 (relative to the mean rate), got {mean:.6g}")
+        cum = [0.0]
+        for w in self.weights:
+            cum.append(cum[-1] + w)
+        object.__setattr__(self, "_cum", tuple(cum))
+
+    def _cumulative(self, t: float) -> float:
+        """∫ of the shape from ``start`` to ``t`` (negative before ``start``), in chronons."""
+        n = len(self.weights)
+        width = self.length / n
+        u = t - self.start
+        q = math.floor(u / self.length)
+        r = u - q * self.length
+        k = min(int(r // width), n - 1)
+        return q * self.length + width * self._cum[k] + self.weights[k] * (r - k * width)
+
+    def mass(self, a: float, b: float) -> float:
+        """``∫_a^b`` of the relative intensity: ``b − a`` for a flat shape, 0 when ``b <= a``."""
+        if b <= a:
+            return 0.0
+        return max(self._cumulative(b) - self._cumulative(a), 0.0)

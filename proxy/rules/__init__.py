@@ -13,10 +13,8 @@ Public API:
   :class:`RevealEi`, :class:`SealCei`, :func:`apply_ops`, the
   :class:`EntryLike` and :class:`EnginePort` protocols, and the chronon clock
   (:class:`ChrononMapping`, :class:`ChrononGrid`);
-* the update model behind ``overwrite`` (:mod:`proxy.rules.updates`):
-  :class:`UpdateModel`;
-* per-feed update models learnt from entry dates, probes and pings
-  (:mod:`proxy.rules.update_models`): :class:`FeedUpdateModels`,
+* per-feed update models learnt from entry dates, probes and pings, which
+  also size ``overwrite`` lives (:mod:`proxy.rules.update_models`): :class:`FeedUpdateModels`,
   :class:`UpdateModelSettings`, :class:`FeedModelEstimate`,
   :class:`DocumentSummary`, :class:`GammaPrior`, :func:`posterior_rate`,
   :class:`UpdateModelStateError` and the chronon helpers
@@ -59,7 +57,6 @@ from proxy.rules.update_models import (
     posterior_rate,
     seconds_to_chronon,
 )
-from proxy.rules.updates import UpdateModel
 
 __all__ = [
     "ChrononGrid",
@@ -84,7 +81,6 @@ __all__ = [
     "TriggerEvaluator",
     "TriggerSpec",
     "UnknownFeedError",
-    "UpdateModel",
     "UpdateModelSettings",
     "UpdateModelStateError",
     "WatchSpec",

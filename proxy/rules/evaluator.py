@@ -31,11 +31,15 @@ condition holds):
   ``[u, u + within]``; found later, its CEI is missed (pull-only monitoring).
 * ``overwrite`` life (paper 002 §2.1: capture before the feed's next change)
   needs the time of the next change, which is unknown online; the main paper
-  §2.1 lets EIs be predicted from an update model. We use the feed's mean
-  inter-update time ``m`` (:class:`UpdateModel`, an EWMA of the gaps between
-  observed updates, clamped to ``[1, max_interval]``) and open ``[t, t + m - 1]``,
-  the width of the simulator's ``overwrite`` EI when the next update comes ``m``
-  chronons later.
+  §2.1 lets EIs be predicted from an update model. We ask the feed's update
+  model (:class:`proxy.rules.FeedUpdateModels`, the service's, learnt from
+  documents, probes and pings) for the expected time of its next update after
+  ``t`` and open ``[t, next - 1]`` (at least ``[t, t]``, at most
+  :data:`MAX_OVERWRITE` chronons): the simulator's ``overwrite`` EI when the
+  next update comes when expected. A seasonal or near-periodic model gives a
+  short life just before a busy hour or a digest's slot and a long one after
+  it; a Poisson model gives its mean interval. The evaluator reads the model
+  and never feeds it: whoever owns it (the service's loop) does.
 
 Not done here: fetching, parsing and deciding which entries are new (the feed
 layer), checking that feed ids exist (``resolve_feed`` is the caller's), and
@@ -45,6 +49,7 @@ telling users (the service's outbox).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -65,7 +70,8 @@ from proxy.rules.ports import (
     first_chronon_from,
 )
 from proxy.rules.schemas import ProfileSpec, RuleSpec
-from proxy.rules.updates import UpdateModel, estimate_update_chronon
+from proxy.rules.update_models import FeedUpdateModels
+from proxy.rules.updates import estimate_update_chronon
 
 if TYPE_CHECKING:
     from apscheduler.triggers.cron import CronTrigger
@@ -82,12 +88,14 @@ __all__ = [
     "SealCei",
     "TriggerEvaluator",
     "UnknownFeedError",
-    "UpdateModel",
     "apply_ops",
 ]
 
 STATE_VERSION = 1
 DEAD_CEI_WEIGHT = 0.25
+MAX_OVERWRITE = 1440
+"""The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
+expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
 """A missed watch CEI's pull on the feeds it still waits for, against 1 for a live one
 (:meth:`TriggerEvaluator.update_weights`): their updates only end the lost CEI, after which
 the next one starts, so finding them is worth something but not a capture."""
@@ -223,11 +231,12 @@ class TriggerEvaluator:
         self,
         clock: ChrononMapping,
         *,
-        update_model: UpdateModel | None = None,
+        update_models: FeedUpdateModels | None = None,
         probe_grace: int = 30,
     ) -> None:
         self.clock = clock
-        self.updates = update_model if update_model is not None else UpdateModel()
+        # When each feed changes (the service passes its own; times in POSIX seconds): sizes overwrite lives.
+        self.models = update_models if update_models is not None else FeedUpdateModels()
         self.probe_grace = probe_grace
         self._profiles: dict[str, list[str]] = {}  # profile id -> rule ids in order
         self._rules: dict[str, _Rule] = {}
@@ -237,7 +246,6 @@ class TriggerEvaluator:
         self._open_index: dict[str, str] = {}  # open CEI id -> rule id
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
         self._dirty: set[str] = set()
-        self._last_ping: dict[int, int] = {}  # feed -> chronon of its last notification
         self._pinged: dict[str, dict[int, int]] = {}  # rule -> feed -> chronon of its last ping
         self._watchers: dict[int, int] = {}  # feed -> rules that wait for its updates
         self._weights: dict[int, float] = {}  # feed -> what finding its next update in time is worth
@@ -610,8 +618,7 @@ class TriggerEvaluator:
            feed changed in ``(previous_success, started]``: at the chronon
            :func:`estimate_update_chronon` gives, the feed's ``on: update``
            triggers open their CEI and its watch rules advance, exactly as a
-           ping at that chronon would (:meth:`on_notification`), and the
-           :class:`UpdateModel` observes it. This probe captures the EIs it
+           ping at that chronon would (:meth:`on_notification`). This probe captures the EIs it
            opened when it falls inside them; a change found later than the
            rule's window makes its CEI missed, as it was. A ping received in
            that interval already announced the change: the probe confirms it
@@ -632,9 +639,6 @@ class TriggerEvaluator:
         if new_entries and previous_success is not None and previous_success < started_chronon:
             a, b = previous_success, started_chronon
             u = estimate_update_chronon((e.published for e in new_entries), a, b, self.clock)
-            last_ping = self._last_ping.get(resource)
-            if last_ping is None or not a < last_ping <= b:
-                self.updates.observe(resource, u)  # the model counts a pinged update once
             for rule_id in self._by_resource.get(resource, ()):
                 pinged = self._pinged.get(rule_id, {}).get(resource)
                 if self._before_rule(rule_id, u):
@@ -679,16 +683,13 @@ class TriggerEvaluator:
 
         Opens a CEI ``[t, t + slack]`` for each ``on: update|ping`` trigger of the
         feed (at most one per rule and chronon: hubs repeat pings), and advances
-        watch rules (AuctionWatch: see the module docstring). Also an update
-        observation for the :class:`UpdateModel`. ``profiles`` limits the rules
+        watch rules (AuctionWatch: see the module docstring). ``profiles`` limits the rules
         reached to those of these profiles (issue 22: a user's ping token opens
         CEIs for that user's rules only); ``None`` reaches every profile. The
         probe that later finds the announced entries confirms the update for
         the rules the ping reached and does not count it again for them; the
         rules it did not reach learn of it from that probe.
         """
-        self.updates.observe(resource, t)
-        self._last_ping[resource] = t
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
             if profiles is None or self._rules[rule_id].profile_id in profiles:
@@ -705,10 +706,6 @@ class TriggerEvaluator:
                 return [self._open_trigger(rule, state, t, t + rule.slack)]
             return []
         return self._watch(rule, self._watch_state[rule_id], resource, t)
-
-    def observe_update(self, resource: int, t: int) -> None:
-        """Tell the update model that ``resource`` changed at ``t`` (e.g. from a probe elsewhere)."""
-        self.updates.observe(resource, t)
 
     def on_trigger_missed(self, cei_id: str) -> list[Op]:
         """The engine reports ``cei_id`` missed: drop its state; returns ``[SealCei]`` if it was open.
@@ -769,12 +766,11 @@ class TriggerEvaluator:
     def snapshot_state(self, rule_id: str) -> dict[str, Any]:
         """The rule's runtime state as JSON-serialisable data (``KeyError`` for unknown rules).
 
-        Includes the update model of the feeds its ``overwrite`` queries use.
+        Not the update models (their owner persists them: ``FeedUpdateModels.snapshot``).
         """
         rule = self._rules[rule_id]
         if isinstance(rule, _TriggerRule):
             ts = self._trigger_state[rule_id]
-            overwrite = [q.resource for q in rule.queries if q.within is None]
             return {
                 "version": STATE_VERSION,
                 "kind": "trigger",
@@ -783,7 +779,6 @@ class TriggerEvaluator:
                 "last_open": ts.last_open,
                 "nth_count": ts.nth_count,
                 "open": [[cei, s, f] for cei, (s, f) in ts.open.items()],
-                "updates": self.updates.snapshot(overwrite),
                 "since": ts.since,
                 "baselined": ts.baselined,
             }
@@ -822,10 +817,8 @@ class TriggerEvaluator:
                     since=_opt_int(data.get("since")),
                     baselined=bool(data.get("baselined", True)),
                 )
-                updates = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("updates", {}).items()}
                 for cei_id in self._trigger_state[rule_id].open:
                     self._open_index.pop(cei_id, None)
-                self.updates.restore(updates)
                 self._trigger_state[rule_id] = ts
                 for cei_id, (_, finish) in ts.open.items():
                     self._open_index[cei_id] = rule_id
@@ -856,13 +849,6 @@ class TriggerEvaluator:
                     self._open_index[ws.cei_id] = rule_id
         except (KeyError, TypeError, ValueError) as exc:
             raise RuleStateError(f"rule {rule_id!r}: malformed state ({exc!r})") from None
-
-    def snapshot_update_models(self) -> dict[str, list[float]]:
-        """The whole update model (every feed), JSON-serialisable."""
-        return self.updates.snapshot()
-
-    def restore_update_models(self, data: Mapping[str, Sequence[float]]) -> None:
-        self.updates.restore(data)
 
     def reserve_ids(self, rule_id: str, next_seq: int) -> None:
         """Number ``rule_id``'s next CEI ``next_seq`` or later: after a restart the store's
@@ -980,12 +966,18 @@ class TriggerEvaluator:
         ops: list[Op] = []
         last = len(rule.queries) - 1
         for i, q in enumerate(rule.queries):
-            if q.within is not None:
-                finish = t + q.within
-            else:
-                finish = t + self.updates.mean_interval(q.resource) - 1
+            finish = t + q.within if q.within is not None else self._overwrite_finish(q.resource, t)
             ops.append(RevealEi(cei_id, q.resource, t, finish, seal=i == last))
         return ops
+
+    def _overwrite_finish(self, resource: int, t: int) -> int:
+        """The last chronon of an ``overwrite`` EI starting at ``t``: before the feed's expected next update."""
+        at = self.clock.start_of(t).timestamp() - self.models.settings.origin
+        expected = self.models.next_expected_update(resource, at)
+        if not math.isfinite(expected):
+            return t + MAX_OVERWRITE - 1
+        chronons = math.ceil((expected - at) / self.clock.length - 1e-9)
+        return t + min(max(chronons, 1), MAX_OVERWRITE) - 1
 
     def _watch(self, rule: _WatchRule, state: _WatchState, resource: int, t: int) -> list[Op]:
         # AuctionWatch (main paper §4): CEI j+1 takes, for each feed, its first update

@@ -184,9 +184,9 @@ class _Feed:
     """One feed's record (mutable, private): updates, coverage, censored intervals, pending pings, last choice."""
 
     __slots__ = (
-        "censored", "cover_end", "cover_start", "exposure", "fit_exposure", "fit_informative", "informative",
-        "kind", "model", "model_prior", "offset", "ping_hits", "ping_misses", "pings", "recent_pings", "scores",
-        "shape", "timed", "updates",
+        "censored", "cover_end", "cover_start", "cycle", "exposure", "fit_exposure", "fit_informative",
+        "informative", "kind", "model", "model_prior", "offset", "ping_hits", "ping_misses", "pings",
+        "recent_pings", "scores", "shape", "timed", "updates",
     )
 
     def __init__(self) -> None:
@@ -206,6 +206,8 @@ class _Feed:
         self.fit_exposure = 0.0
         self.kind: ModelKind = "prior"
         self.shape: SeasonalFit | PeriodicFit | None = None
+        # cycle_profile's answer for ``shape`` (it depends on the shape only, not on the level)
+        self.cycle: tuple[SeasonalFit | PeriodicFit, tuple[float, float, tuple[float, ...]] | None] | None = None
         self.scores: tuple[tuple[str, float], ...] = ()
         self.model: _Fit | None = None  # cached model with the current level (None: stale)
         self.model_prior = -1
@@ -768,6 +770,36 @@ class FeedUpdateModels:
         if np.any(np.diff(e) < 0):
             raise ValueError("edges must be ascending")
         return np.maximum(np.asarray(self._fit_for(feed).integral(e[:-1], e[1:]), dtype=np.float64), 0.0)
+
+    def cycle_profile(self, feed: FeedKey) -> tuple[float, float, tuple[float, ...]] | None:
+        """When in its cycle the feed changes: ``(start, cycle, weights)``, or ``None`` for a homogeneous model.
+
+        ``weights`` (mean 1) are the intensity relative to the model's mean
+        over equal bins of one ``cycle`` (seconds), the first bin starting at
+        ``start`` (model seconds): a seasonal model's own bins (hour of day or
+        of week, in the feed's offset), or, for a near-periodic one, one
+        period cut into bins of about a jitter (24 to 672 bins) with the slot
+        in the middle. The background allocation reads the feed through it
+        (``proxy.core.rates.CycleShape``). Poisson and prior models have no
+        cycle: their intensity is the mean at every time.
+        """
+        f = self._feeds.get(feed)
+        if f is None or f.shape is None:
+            return None
+        shape = f.shape
+        if f.cycle is not None and f.cycle[0] is shape:  # computed once per model choice: cheap per probe
+            return f.cycle[1]
+        if isinstance(shape, SeasonalFit):
+            start, cycle, weights = -shape.shift, shape.cycle, np.asarray(shape.weights, dtype=np.float64)
+        else:
+            bins = min(672, max(24, math.ceil(shape.period / shape.jitter)))
+            start, cycle = shape.phase - shape.period / 2, shape.period
+            edges = start + cycle * np.arange(bins + 1) / bins
+            weights = np.maximum(np.asarray(shape.integral(edges[:-1], edges[1:]), dtype=np.float64), 0.0)
+        total = float(weights.sum())
+        out = None if not total > 0 else (start, cycle, tuple(float(w) for w in weights * (len(weights) / total)))
+        f.cycle = (shape, out)
+        return out
 
     def change_probability(self, feed: FeedKey, a: float, b: float) -> float:
         """The chance the feed changed in ``(a, b]``: ``1 - exp(-Λ(a, b))``."""

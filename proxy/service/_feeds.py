@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from proxy.core.rates import gamma_upper
+from proxy.core.rates import CycleShape, gamma_upper
 from proxy.feeds import FeedState
 from proxy.rules import FeedUpdateModels
+from proxy.service.clock import ChrononClock
 from proxy.store import Feed
 
 WEEK = 7 * 86_400.0  # seconds over which a feed's mean rate is read for the background ranking
@@ -43,11 +44,21 @@ class FeedSlot:
     """The factor from :attr:`mean_rate` to the optimistic rate the background allocation uses:
     the posterior's upper ``OPTIMISM_Z`` quantile over its mean, large for a feed seen little."""
 
-    def learn_rate(self, models: FeedUpdateModels, at: float) -> None:
-        """Read :attr:`mean_rate` and :attr:`optimism` from the feed's update model at ``at`` (POSIX seconds)."""
+    shape: CycleShape | None = None
+    """When in its cycle the feed changes, in chronons (``None``: homogeneous, a Poisson model):
+    the background allocation reads a seasonal or near-periodic feed at the chronons that matter."""
+
+    def learn_rate(self, models: FeedUpdateModels, at: float, clock: ChrononClock) -> None:
+        """Read :attr:`mean_rate`, :attr:`optimism` and :attr:`shape` from the feed's update model at ``at`` (POSIX seconds)."""
         self.mean_rate = models.expected_updates(self.resource, at - WEEK, at) / WEEK
         shape, rate = models.posterior(self.resource)
         self.optimism = gamma_upper(shape, rate, OPTIMISM_Z) / (shape / rate)
+        cycle = models.cycle_profile(self.resource)
+        if cycle is None:
+            self.shape = None
+        elif self.shape is None or self.shape.weights is not cycle[2]:  # new only when the model's choice is
+            self.shape = CycleShape((cycle[0] - clock.origin.timestamp()) / clock.length, cycle[1] / clock.length,
+                                    cycle[2])
     seen: frozenset[str] | None = None
     """Identities of the last document this process parsed (None: none yet): what is new
     when the database cannot say (it is away; docs/operations.md)."""

@@ -44,6 +44,7 @@ import structlog
 
 from proxy.core.discovery import CaptureExplore
 from proxy.core.policies import Policy
+from proxy.core.rates import CycleShape
 from proxy.errors import StorageError
 from proxy.feeds import (
     Entry,
@@ -72,6 +73,14 @@ from proxy.service.runtime import Runtime
 from proxy.store import FeedUpdate, NewEntry, ProbeInput, Store
 
 log = structlog.get_logger("proxy.service")
+
+LEVEL_EXPONENT = 0.0
+"""How much the background frequencies trust each feed's learnt mean rate (``CaptureExplore``'s
+``level_exponent``): 0, by the rules' weights alone; the rate still ranks the fill and a seasonal
+or periodic model's cycle still says when. In the bench's replica over 16 synthetic 60-feed
+traces, larger ones and the real trace, 0 beat 1 on the worst and the median trace, on seeds
+tuned on and held out alike (docs/discovery.md): rates learnt from a few updates are mostly
+noise, and a watch rule's CEI needs its slow feeds' updates as much as its fast ones."""
 
 
 @dataclass
@@ -107,7 +116,7 @@ class ChrononLoop:
     #: Paper 002's predicted EIs (SUP/fbSUP) for watched feeds that do not ping; None: off.
     predicted: PredictedProbes | None = None
     #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
-    _allocator: CaptureExplore = field(default_factory=CaptureExplore)
+    _allocator: CaptureExplore = field(default_factory=lambda: CaptureExplore(level_exponent=LEVEL_EXPONENT))
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
@@ -230,6 +239,7 @@ class ChrononLoop:
         last: list[int | None] = []
         rate: list[float] = []
         weight: list[float] = []
+        shape: list[CycleShape | None] = []
         length = self.clock.length
         for r, worth in evaluator.update_weights().items():
             slot = rt.feeds.by_resource.get(r)
@@ -239,7 +249,8 @@ class ChrononLoop:
             last.append(slot.last_success)
             rate.append(slot.mean_rate * slot.optimism * length)
             weight.append(worth)
-        return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window)
+            shape.append(slot.shape)
+        return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape)
 
     def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
                started_at: dt.datetime) -> None:
@@ -256,7 +267,7 @@ class ChrononLoop:
         if isinstance(result, Ok):
             models.observe_document(r, at, [e.published for e in result.entries])
         slot.last_success_at = at
-        slot.learn_rate(models, at)
+        slot.learn_rate(models, at, self.clock)
 
     async def stop(self) -> None:
         """Cancel the probes in flight (their results are lost; the feeds are probed again later)."""

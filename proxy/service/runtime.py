@@ -111,11 +111,12 @@ class Runtime:
     evaluator: TriggerEvaluator = field(init=False)
     installed: set[str] = field(default_factory=set)  # profile ids in the evaluator
     # When each feed changes, learnt from its documents, probes and pings (keyed by resource;
-    # times in POSIX seconds): what background probes spend the spare budget by.
+    # times in POSIX seconds): what background probes spend the spare budget by, and how long
+    # an overwrite query EI lives.
     models: FeedUpdateModels = field(default_factory=FeedUpdateModels)
 
     def __post_init__(self) -> None:
-        self.evaluator = TriggerEvaluator(self.clock)
+        self.evaluator = TriggerEvaluator(self.clock, update_models=self.models)  # overwrite lives read the models
 
     # ------------------------------------------------------------------ profiles
 

@@ -594,7 +594,7 @@ class ProxyService:
         # only to exploration for the first hundreds of chronons after a restart.
         at = self.clock.now().timestamp()
         for slot in runtime.feeds.by_id.values():
-            slot.learn_rate(runtime.models, at)
+            slot.learn_rate(runtime.models, at, self.clock)
         log.info("update_models_restored", feeds=len(runtime.models.feeds()))
 
     def update_model(self, feed_id: int) -> FeedModelEstimate | None:
@@ -765,7 +765,7 @@ class ProxyService:
         ops = rt.evaluator.on_notification(slot.resource, rt.engine.now, profiles)
         at = self.clock.now().timestamp()
         if rt.models.observe_ping(slot.resource, at) and rt.models.trusts_pings(slot.resource):
-            slot.learn_rate(rt.models, at)  # the ping taught the model (a feed that pings every update)
+            slot.learn_rate(rt.models, at, self.clock)  # the ping taught the model (a feed that pings every update)
         steps = rt.apply(ops)
         steps += rt.drain_all()
         steps += rt.rule_states()

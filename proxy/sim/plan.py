@@ -79,7 +79,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-#: The longest ``overwrite`` life, as the evaluator's ``UpdateModel.max_interval``.
+#: The longest ``overwrite`` life, as the evaluator's ``MAX_OVERWRITE``.
 MAX_INTERVAL = 1440
 #: Chronons of probes the engine keeps for EIs revealed late (at least the longest EI).
 _HISTORY = 64
@@ -299,7 +299,7 @@ class Planner:
         for rule in self.rules:
             used.update(rule.feeds if isinstance(rule, PlanWatch) else (rule.feed, *(q.feed for q in rule.queries)))
         self._used = len(used)
-        # Overwrite lives: the feed's mean interval, clamped as the evaluator's UpdateModel.
+        # Overwrite lives: the feed's mean interval, clamped as the evaluator's MAX_OVERWRITE.
         self._life = [
             MAX_INTERVAL if rates.mean_rate(f) <= 0 else min(MAX_INTERVAL, max(1, round(1 / rates.mean_rate(f))))
             for f in range(n)
