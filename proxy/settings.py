@@ -362,6 +362,14 @@ class Settings(BaseSettings):
             "loop's probes out of the event loop they share (docs/bench-api-load.md)."
         ),
     )
+    loop_thread: bool = Field(
+        default=True,
+        description=(
+            "Run the chronon loop (ticks, probes, the writer) on a thread with its own event "
+            "loop, so API handlers that keep the API's event loop busy do not delay its ticks "
+            "(docs/bench-api-load.md); false runs it on the API's event loop."
+        ),
+    )
 
     # -- scale-out (issue 21; docs/scale.md) --------------------------------------------
     broker_url: str | None = Field(
