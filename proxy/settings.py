@@ -358,8 +358,10 @@ class Settings(BaseSettings):
         default=4, ge=1, le=10_000,
         description=(
             "Most API requests in progress at once; more wait their turn (the event stream and "
-            "health endpoints excepted). Low, so that busy clients cannot crowd the chronon "
-            "loop's probes out of the event loop they share (docs/bench-api-load.md)."
+            "health endpoints excepted). Low: fewer requests switching on the API's event loop "
+            "serve more per second, and with PROXY_LOOP_THREAD=false busy clients cannot crowd "
+            "the chronon loop's probes out of the event loop they share "
+            "(docs/bench-api-load.md)."
         ),
     )
     loop_thread: bool = Field(

@@ -321,6 +321,7 @@ class ProxyService:
         self._api_loop = asyncio.get_running_loop()
         host = self.host
         host.start()
+        self._lock = asyncio.Lock()  # bound to the loop's event loop at first use: a new one
         try:
             if self._fetcher is None:
                 # Opened on the loop's event loop: its HTTP sessions (or its pool's pipes)
