@@ -1005,7 +1005,10 @@ class ProxyService:
             if events:
                 continue
             try:
-                await asyncio.wait_for(changed.wait(), self.settings.sse_keepalive_seconds)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+                # that comes as the event is set (the writer sets it from the loop's thread).
+                async with asyncio.timeout(self.settings.sse_keepalive_seconds):
+                    await changed.wait()
             except TimeoutError:
                 yield None
 
