@@ -972,8 +972,9 @@ class ProxyService:
     def _resolved_elsewhere(self) -> None:
         """The writer (on the loop's thread) stored resolutions: wake whom :meth:`_resolved`
         wakes, on the API's event loop (their events belong to it)."""
-        if self._api_loop is not None and not self._api_loop.is_closed():
-            self._api_loop.call_soon_threadsafe(self._resolved)
+        if self._api_loop is not None:
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody left to wake
+                self._api_loop.call_soon_threadsafe(self._resolved)
 
     def _resolved(self) -> None:
         """The writer stored resolutions: wake the dispatcher and the event streams."""
