@@ -195,10 +195,9 @@ class ProxyService:
         self.metrics = metrics or ServiceMetrics()
         self._store = store
         self._own_store = store is None
-        #: The chronon loop's own connection pool (its probes and writer; issue 24.4), used on
-        #: the loop's event loop only; the lease has one of its own on the API's event loop.
+        #: The chronon loop's own connection pool (its probes, writer and lease; issue 24.4),
+        #: used on the loop's event loop only.
         self._loop_store: Store | None = None
-        self._lease_store: Store | None = None
         #: Where the chronon loop runs: its own thread, or (tests that tick by hand) here.
         self.host = LoopHost(threaded=run_loop and campaign and settings.loop_thread)
         self._api_loop: asyncio.AbstractEventLoop | None = None
@@ -316,8 +315,7 @@ class ProxyService:
         # probes, its writer and the lease renewals have pools of their own, so no burst of
         # requests can make them wait (the budget comes first, issue 24.4). The loop's store
         # is used on the loop's event loop only (a pool's connections belong to one loop).
-        self._loop_store = store.sibling()
-        self._lease_store = lease_store = store.sibling()
+        self._loop_store = loop_store = store.sibling()
         self._api_loop = asyncio.get_running_loop()
         host = self.host
         host.start()
@@ -336,7 +334,7 @@ class ProxyService:
                 await self._lead(None)
                 return
             leader = self._leader = Leader(
-                lease_store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
+                _LeasesOnLoop(loop_store, host), holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
                 on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
             if not self._campaign:
                 leader.seen = await store.current_lease(LOOP_LEASE)
@@ -550,9 +548,6 @@ class ProxyService:
             await self.host.run(self._loop_store.close())
             self._loop_store = None
         await self.host.stop()
-        if self._lease_store is not None:
-            await self._lease_store.close()
-            self._lease_store = None
         if self._store is not None and self._own_store:
             await self._store.close()
             self._store = None
@@ -1178,6 +1173,30 @@ async def _open_prober(s: Settings) -> Prober:
     fetcher = Fetcher(fetcher_settings(s))
     await fetcher.__aenter__()
     return fetcher
+
+
+@dataclass(frozen=True, slots=True)
+class _LeasesOnLoop:
+    """The lease's statements run on the chronon loop's event loop with its store: they take
+    turns with the writer's rounds there (on SQLite, a renewal from another thread waited
+    for the writer's lock past the lease's TTL), and no API handler delays them. The
+    :class:`Leader` itself stays on the API's event loop, with the service it drives."""
+
+    store: Store
+    host: LoopHost
+
+    async def acquire_lease(self, name: str, holder: str, *, now: dt.datetime,
+                            ttl: float) -> Lease | None:
+        return await self.host.run(self.store.acquire_lease(name, holder, now=now, ttl=ttl))
+
+    async def renew_lease(self, lease: Lease, *, now: dt.datetime, ttl: float) -> Lease | None:
+        return await self.host.run(self.store.renew_lease(lease, now=now, ttl=ttl))
+
+    async def release_lease(self, lease: Lease, *, now: dt.datetime) -> bool:
+        return await self.host.run(self.store.release_lease(lease, now=now))
+
+    async def current_lease(self, name: str) -> Lease | None:
+        return await self.host.run(self.store.current_lease(name))
 
 
 @dataclass(frozen=True, slots=True)
