@@ -367,8 +367,18 @@ class Settings(BaseSettings):
         default=4, ge=1, le=10_000,
         description=(
             "Most API requests in progress at once; more wait their turn (the event stream and "
-            "health endpoints excepted). Low, so that busy clients cannot crowd the chronon "
-            "loop's probes out of the event loop they share (docs/bench-api-load.md)."
+            "health endpoints excepted). Low: fewer requests switching on the API's event loop "
+            "serve more per second, and with PROXY_LOOP_THREAD=false busy clients cannot crowd "
+            "the chronon loop's probes out of the event loop they share "
+            "(docs/bench-api-load.md)."
+        ),
+    )
+    loop_thread: bool = Field(
+        default=True,
+        description=(
+            "Run the chronon loop (ticks, probes, the writer) on a thread with its own event "
+            "loop, so API handlers that keep the API's event loop busy do not delay its ticks "
+            "(docs/bench-api-load.md); false runs it on the API's event loop."
         ),
     )
 

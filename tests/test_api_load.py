@@ -162,3 +162,24 @@ async def test_a_revoked_key_is_refused_once_its_remembered_second_is_over(api: 
     clock.now += 1.0
     # …then looked up again, and refused.
     assert (await api.client.get("/api/v1/profiles", headers=api.h())).status_code == 401
+
+
+async def test_a_profile_page_is_computed_once_however_many_clients_poll_it(api: Api) -> None:  # noqa: F811
+    mish, cnn, money = await _feeds(api, 3)
+    for name in ("a", "b", "c"):
+        body: Any = motivating(mish, cnn, money) | {"name": name}
+        assert (await api.client.post("/api/v1/profiles", json=body, headers=api.h())).status_code == 201
+    transport = api.client._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    cache: ResponseCache = transport.app.state.responses  # type: ignore[attr-defined]
+    builds = cache.builds
+    pages = await asyncio.gather(*(api.client.get("/api/v1/profiles", params={"limit": 2},
+                                                  headers=api.h()) for _ in range(10)))
+    assert cache.builds == builds + 1
+    assert {r.text for r in pages} == {pages[0].text}
+    first = pages[0].json()
+    assert [p["name"] for p in first["items"]] == ["a", "b"]
+    assert pages[0].headers["Link"] == f'<{first["next"]}>; rel="next"'  # kept with the body
+    rest = await api.client.get(first["next"], headers=api.h())  # another query: another page
+    assert [p["name"] for p in rest.json()["items"]] == ["c"] and "Link" not in rest.headers
+    assert cache.builds == builds + 2

@@ -52,7 +52,7 @@ async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     its learnt update model (kind, rate, next update)."""
     out = FeedOut.of(await service.store.get_registered_feed(user, feed_id))
     out = out.with_activity(await service.store.feed_activity(feed_id), service.clock.now())
-    model = service.update_model(feed_id)
+    model = await service.update_model(feed_id)
     if model is not None:
         out.update_model = UpdateModelOut.of(model)
     return out

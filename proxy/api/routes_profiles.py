@@ -35,15 +35,26 @@ async def create_profile(body: ProfileSpec, service: Service, user: UserId) -> P
 
 @router.get("/profiles", response_model=Page[ProfileOut])
 async def list_profiles(
-    service: Service, user: UserId, request: Request, response: Response,
+    service: Service, user: UserId, cache: Cache, request: Request,
     limit: Limit = 100, cursor: Cursor = None,
-) -> Page[ProfileOut]:
-    """Your profiles by id, one page (docs/api.md, "Lists")."""
+) -> Response:
+    """Your profiles by id, one page (docs/api.md, "Lists"); a page is computed at most once
+    a second however many clients poll it, and at once after you change your profiles."""
     after = decode_cursor(cursor, "cursor", (int,))
-    rows = await service.store.list_profiles(user, limit=limit + 1,
-                                             after_id=after[0] if after else None)
-    return page(rows, ProfileOut.of, lambda p: [p.id], request=request, response=response,
-                limit=limit, total=await service.store.count_profiles(user))
+
+    async def build() -> tuple[bytes, str | None]:
+        rows = await service.store.list_profiles(user, limit=limit + 1,
+                                                 after_id=after[0] if after else None)
+        headers = Response()
+        out = page(rows, ProfileOut.of, lambda p: [p.id], request=request, response=headers,
+                   limit=limit, total=await service.store.count_profiles(user))
+        return out.model_dump_json().encode(), headers.headers.get("Link")
+
+    # The query string is part of the key: the page and its `next` link depend on all of it.
+    body, link = await cache.get(("profiles", user, request.url.query),
+                                 service.profiles_version(user), READ_TTL_SECONDS, build)
+    return Response(body, media_type="application/json",
+                    headers={"Link": link} if link is not None else None)
 
 
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)

@@ -271,8 +271,12 @@ class Writer:
         return len(self._queue) >= self.max_batches
 
     def lag(self) -> float:
-        """Seconds the oldest unwritten batch has waited (0 when none)."""
-        return time.monotonic() - self._queue[0].at if self._queue else 0.0
+        """Seconds the oldest unwritten batch has waited (0 when none). Safe from any thread
+        (``/readyz`` and metrics scrapes read it while the writer's thread empties the queue)."""
+        try:
+            return time.monotonic() - self._queue[0].at
+        except IndexError:
+            return 0.0
 
     def unwritten(self, feed_id: int) -> set[str]:
         """Identities of ``feed_id``'s entries in probes not yet written: new to the database,

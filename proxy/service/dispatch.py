@@ -188,8 +188,12 @@ class Dispatcher:
         return frozenset(t for t, n in self._per_target.items() if n >= self.per_target)
 
     async def _wait(self, seconds: float) -> None:
+        # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives as the
+        # event is set, and stop() then waited for ever (seen once the writer woke the
+        # dispatcher from the chronon loop's thread: a wake-up at any moment).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()
 
     async def _claim(self) -> tuple[int, bool]:
         """Start attempts for due rows; ``(started, more)``: ``more`` when the batch was full

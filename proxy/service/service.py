@@ -2,8 +2,17 @@
 
 Anything that changes the engine's or the evaluator's state goes through here
 (register/delete feed, create/replace/delete profile, ping), so those changes
-happen on the event loop in one order with the loop's own. Reads that touch
-only the database (listings, CEIs, metrics summary) go to :attr:`store`.
+happen on the chronon loop's event loop in one order with the loop's own. Reads
+that touch only the database (listings, CEIs, metrics summary) go to :attr:`store`.
+
+The chronon loop runs on a thread of its own (:mod:`proxy.service._host`,
+``PROXY_LOOP_THREAD``; issue 24.4: the budget comes first): its ticks, probes,
+writer and store (:attr:`ProxyService.loop_store`) live there, and the engine, the
+evaluator and the feed table change only there. The API's event loop stores
+what users change with its own store, then hands the loop what it must apply
+(:meth:`LoopHost.call`); changes whose transactions could deadlock with the
+writer's rounds (deleting or replacing a profile, deleting a feed) run on the
+loop's thread, under the writer's lock.
 
 Start-up (:meth:`ProxyService.start`): migrate (``migrate_on_start``), take the
 chronon loop's lease (:mod:`proxy.service.leader`; one loop per database), and as
@@ -51,13 +60,16 @@ from proxy.errors import (
 )
 from proxy.faults import fault_hook
 from proxy.feeds import (
+    FeedState,
     FeedUrlRefusedError,
     Fetcher,
     FetcherSettings,
+    KnownEntries,
     NotModified,
     Ok,
     ProbePool,
     Prober,
+    ProbeResult,
     SystemResolver,
     redact_url,
 )
@@ -75,7 +87,8 @@ from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
 from proxy.service import health
 from proxy.service._feeds import FeedTable
-from proxy.service._persist import Writer
+from proxy.service._host import LoopHost
+from proxy.service._persist import Step, Writer
 from proxy.service._ratelimit import TokenBuckets
 from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
@@ -83,12 +96,13 @@ from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
 from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
-from proxy.service.planning import PlanReport, plan_inputs, run_plan
+from proxy.service.planning import PlanInputs, PlanReport, plan_inputs, run_plan
 from proxy.service.predicted import Predicted, predicted_probes
 from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
 from proxy.settings import Settings
 from proxy.store import (
     Delivery,
+    Feed,
     Lease,
     NotificationEvent,
     NotifyTarget,
@@ -166,6 +180,8 @@ class ProxyService:
     :meth:`ChrononLoop.tick` themselves). ``lease`` (default: ``run_loop``): take
     the chronon loop's lease first; without it the service always leads.
     ``campaign=False`` (``--role api``): never take the lease, serve as a standby.
+    With ``run_loop`` (and ``PROXY_LOOP_THREAD``) the loop runs on a thread of its own
+    (:attr:`host`); an injected ``fetcher`` then keeps probing on the caller's event loop.
     """
 
     def __init__(
@@ -188,8 +204,15 @@ class ProxyService:
         self.metrics = metrics or ServiceMetrics()
         self._store = store
         self._own_store = store is None
-        #: The chronon loop's own connection pool (its probes, writer and lease; issue 24.4).
+        #: The chronon loop's own connection pool (its probes, writer and lease; issue 24.4),
+        #: used on the loop's event loop only.
         self._loop_store: Store | None = None
+        #: Where the chronon loop runs: its own thread, or (tests that tick by hand) here.
+        self.host = LoopHost(threaded=run_loop and campaign and settings.loop_thread)
+        self._api_loop: asyncio.AbstractEventLoop | None = None
+        #: What the loop probes with: the fetcher, or (an injected one, on another event loop
+        #: than the loop's) a proxy that sends its probes home.
+        self._loop_prober: Prober | None = None
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
         self._wall = wall
@@ -218,6 +241,8 @@ class ProxyService:
         self._clock: ChrononClock | None = None
         #: The chronon the loop starts at (after the last one ticked before a restart).
         self.first_chronon: int | None = None
+        #: The writer's lock (a round's transaction holds it), and changes whose transactions
+        #: must not interleave with a round's; used on the loop's event loop only.
         self._lock = asyncio.Lock()
         # One plan at a time: each is seconds of CPU in a worker thread, sharing the GIL with the loop.
         self._plan_lock = asyncio.Lock()
@@ -242,6 +267,13 @@ class ProxyService:
         if self._store is None:
             raise RuntimeError("ProxyService is not started")
         return self._store
+
+    @property
+    def loop_store(self) -> Store:
+        """The chronon loop's store: use it on the loop's event loop only (:attr:`host`)."""
+        if self._loop_store is None:
+            raise RuntimeError("ProxyService is not started")
+        return self._loop_store
 
     @property
     def runtime(self) -> Runtime:
@@ -291,24 +323,29 @@ class ProxyService:
             self._store = Store.from_url(s.database_url)
         store = self._store
         # API requests waiting for a database connection queue in the API's pool; the loop's
-        # probes, its writer and the lease renewals have a pool of their own, so no burst of
-        # requests can make them wait (the budget comes first, issue 24.4).
+        # probes, its writer and the lease renewals have pools of their own, so no burst of
+        # requests can make them wait (the budget comes first, issue 24.4). The loop's store
+        # is used on the loop's event loop only (a pool's connections belong to one loop).
         self._loop_store = loop_store = store.sibling()
+        self._api_loop = asyncio.get_running_loop()
+        host = self.host
+        host.start()
+        self._lock = asyncio.Lock()  # bound to the loop's event loop at first use: a new one
         try:
             if self._fetcher is None:
-                if s.probe_processes:
-                    pool = ProbePool(fetcher_settings(s), processes=s.probe_processes)
-                    await pool.__aenter__()
-                    self._fetcher = pool
-                else:
-                    fetcher = Fetcher(fetcher_settings(s))
-                    await fetcher.__aenter__()
-                    self._fetcher = fetcher
+                # Opened on the loop's event loop: its HTTP sessions (or its pool's pipes)
+                # belong to the loop that probes with them.
+                self._fetcher = await host.run(_open_prober(s))
+                self._loop_prober = self._fetcher
+            elif host.threaded:
+                self._loop_prober = _ProbeAtHome(self._fetcher, self._api_loop)
+            else:
+                self._loop_prober = self._fetcher
             if not self._use_lease:
                 await self._lead(None)
                 return
             leader = self._leader = Leader(
-                loop_store, holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
+                _LeasesOnLoop(loop_store, host), holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
                 on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
             if not self._campaign:
                 leader.seen = await store.current_lease(LOOP_LEASE)
@@ -356,8 +393,9 @@ class ProxyService:
         """The lease is lost: stop ticking, probing and writing NOW, then stand by.
 
         Everything is cancelled before the first await, so no tick or probe of
-        this process runs after the loss is known; queued writes are dropped
-        (the new holder restores from the database and decides again).
+        this process runs after the loss is known (on the loop's own thread, the
+        lease's guard already refuses every tick and round); queued writes are
+        dropped (the new holder restores from the database and decides again).
         """
         loop_task, loop, writer = self._loop_task, self._loop, self._writer
         dispatcher, self._dispatcher = self._dispatcher, None
@@ -375,9 +413,9 @@ class ProxyService:
         self.metrics.leader.set(0)  # before any await: scrapes never see two leaders
         self.metrics.lease_epoch.set(0)
         if loop is not None:
-            await loop.stop()
+            await self.host.run(loop.stop())
         if writer is not None:
-            await writer.abort()
+            await self.host.run(writer.abort())
         if dispatcher is not None:  # the new leader delivers (the outbox is in the database)
             await dispatcher.stop()
         if changes is not None:
@@ -399,7 +437,7 @@ class ProxyService:
         runtime = Runtime(clock, models=FeedUpdateModels(self._update_model_settings))
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
-                        on_resolved=self._resolved, fence=lease, max_batches=s.write_buffer_batches,
+                        on_resolved=self._resolved_elsewhere, fence=lease, max_batches=s.write_buffer_batches,
                         lock=self._lock,
                         fault=fault_hook(s.test_faults))
         collected = await store.collect_unregistered_feeds()
@@ -438,8 +476,12 @@ class ProxyService:
             # leader stepped this one down (a standby) and campaigns again.
             log.warning("lease_lost_while_restoring", feeds=len(runtime.feeds))
             return
-        writer.start()
-        writer.submit(steps)
+
+        def start_writing() -> None:  # on the loop's thread: the writer's task lives there
+            writer.start()
+            writer.submit(steps)
+
+        await self.host.call(start_writing)
         if self._deliver:
             # Rows left pending by a previous run (even one killed between commit and send)
             # are due at once: the dispatcher's first look finds them.
@@ -454,8 +496,9 @@ class ProxyService:
                 poll=s.delivery_poll_seconds, wall=self._wall,
             )
             self._dispatcher.start()
+        assert self._loop_prober is not None
         self._loop = ChrononLoop(
-            runtime, loop_store, writer, self.fetcher, clock, self.metrics,
+            runtime, loop_store, writer, self._loop_prober, clock, self.metrics,
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
             predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
@@ -471,7 +514,7 @@ class ProxyService:
                  policy=s.policy, budget=s.budget, chronon_seconds=s.chronon_seconds,
                  lease_epoch=lease.epoch if lease is not None else None)
         if self._run_loop:
-            self._loop_task = asyncio.create_task(self._loop.run(now), name="proxy-chronon-loop")
+            self._loop_task = self.host.spawn(self._loop.run(now), name="proxy-chronon-loop")
         if self._housekeeping:
             self._start_housekeeping()
 
@@ -491,7 +534,7 @@ class ProxyService:
             await cancel_and_wait(self._loop_task)
             self._loop_task = None
         if self._loop is not None:
-            await self._loop.stop()
+            await self.host.run(self._loop.stop())
         if self._writer is not None:
             # Drain: everything decided so far goes to the database, within the deadline
             # (a second signal, stop_now(), ends it at once). What is left is lost as in a
@@ -500,7 +543,7 @@ class ProxyService:
             if backlog:
                 log.info("draining_writes", batches=backlog,
                          deadline_seconds=self.settings.drain_seconds)
-            drained = await self._writer.stop(self.settings.drain_seconds)
+            drained = await self.host.run(self._writer.stop(self.settings.drain_seconds))
             if drained and backlog:
                 log.info("writes_drained", batches=backlog)
         if self._dispatcher is not None:
@@ -512,10 +555,11 @@ class ProxyService:
         if self._leader is not None:
             await self._leader.release()
         if self._fetcher is not None and self._own_fetcher:
-            await self._fetcher.aclose()
+            await self.host.run(self._fetcher.aclose())
         if self._loop_store is not None:
-            await self._loop_store.close()
+            await self.host.run(self._loop_store.close())
             self._loop_store = None
+        await self.host.stop()
         if self._store is not None and self._own_store:
             await self._store.close()
             self._store = None
@@ -526,7 +570,7 @@ class ProxyService:
         backlog and skip what may wait on the database; the lease is still given up."""
         self._stopping_now = True
         if self._writer is not None:
-            self._writer.stop_now()
+            self.host.post(self._writer.stop_now)  # the writer's event belongs to the loop
 
     async def _load_clock(self, store: Store) -> ChrononClock:
         """The chronon origin persisted on first start, so numbering continues after a restart."""
@@ -569,11 +613,16 @@ class ProxyService:
         stopped. The gauge ``proxy_update_models{kind}`` is refreshed at the same time.
         """
         rt = self.runtime
-        kinds = rt.models.kind_counts(slot.resource for slot in rt.feeds.by_id.values())
+
+        def read() -> tuple[dict[str, int], Any]:  # on the loop's thread: it learns meanwhile
+            kinds = rt.models.kind_counts(slot.resource for slot in rt.feeds.by_id.values())
+            return {str(kind): n for kind, n in kinds.items()}, rt.models.snapshot()
+
+        kinds, snapshot = await self.host.call(read)
         for name, n in kinds.items():
             self.metrics.update_models.labels(kind=name).set(n)
         try:
-            await self.store.set_state(UPDATE_MODELS_KEY, rt.models.snapshot())
+            await self.store.set_state(UPDATE_MODELS_KEY, snapshot)
         except StorageError as exc:
             self.metrics.db_errors.inc()
             log.error("update_models_not_saved", error=str(exc))
@@ -597,12 +646,16 @@ class ProxyService:
             slot.learn_rate(runtime.models, at, self.clock)
         log.info("update_models_restored", feeds=len(runtime.models.feeds()))
 
-    def update_model(self, feed_id: int) -> FeedModelEstimate | None:
-        """The feed's update model now (``None``: the service does not probe this feed)."""
-        slot = self.runtime.feeds.by_id.get(feed_id)
-        if slot is None:
-            return None
-        return self.runtime.models.estimate(slot.resource, after=self.clock.now().timestamp())
+    async def update_model(self, feed_id: int) -> FeedModelEstimate | None:
+        """The feed's update model now (``None``: the service does not probe this feed);
+        read on the loop's thread, where probes change it."""
+        rt, after = self.runtime, self.clock.now().timestamp()
+
+        def read() -> FeedModelEstimate | None:
+            slot = rt.feeds.by_id.get(feed_id)
+            return None if slot is None else rt.models.estimate(slot.resource, after=after)
+
+        return await self.host.call(read)
 
     async def purge(self) -> None:
         """Retention: delete probes and uncaptured entries older than ``retention_days``, and
@@ -626,14 +679,18 @@ class ProxyService:
             self.metrics.db_errors.inc()
             log.error("rollup_failed", error=str(exc))
             return
-        if self._runtime is None:
+        rt = self._runtime
+        if rt is None:
             return  # stepped down meanwhile
-        table = self._runtime.feeds
-        for feed in feeds:
-            slot = table.by_id.get(feed.id)
-            if slot is not None:
-                slot.disabled = feed.disabled
-                table.note(slot)
+
+        def apply() -> None:
+            for feed in feeds:
+                slot = rt.feeds.by_id.get(feed.id)
+                if slot is not None:
+                    slot.disabled = feed.disabled
+                    rt.feeds.note(slot)
+
+        await self.host.call(apply)
 
     # ------------------------------------------------------------------ feeds
 
@@ -656,7 +713,7 @@ class ProxyService:
         feed = registered.feed
         if feed.id not in self.runtime.feeds.by_id:
             log.info("feed_added", feed=feed.id, url=redact_url(feed.url), resource=feed.resource)
-        self.runtime.feeds.put(feed)
+        await self.host.call(self._put_feeds, [feed])
         if created:
             log.info("feed_registered", feed=feed.id, user=user_id)
         return registered, created
@@ -681,15 +738,16 @@ class ProxyService:
 
         refusals = await asyncio.gather(*(check(url.strip()) for url in urls))
         accepted = [url.strip() for url, refused in zip(urls, refusals, strict=True) if refused is None]
-        stored = iter(await self.store.register_feeds_for(user_id, accepted) if accepted else [])
+        stored = await self.store.register_feeds_for(user_id, accepted) if accepted else []
+        await self.host.call(self._put_feeds, [registered.feed for registered, _ in stored])
+        rows = iter(stored)
         out: list[tuple[RegisteredFeed, bool] | FeedUrlRefusedError] = []
         added = 0
         for refused in refusals:
             if refused is not None:
                 out.append(refused)
                 continue
-            registered, created = next(stored)
-            self.runtime.feeds.put(registered.feed)
+            registered, created = next(rows)
             added += created
             out.append((registered, created))
         log.info("feeds_registered", user=user_id, added=added, given=len(urls))
@@ -703,10 +761,16 @@ class ProxyService:
                 await self._forward(Change("feed_deleted", feed_id))
             return
         self._require_leader()
-        async with self._lock:  # not while a write round runs: their row locks would deadlock
-            gone = await self.store.delete_registration(user_id, feed_id)
+
+        async def delete() -> bool:  # on the loop's thread: not while a write round runs,
+            async with self._lock:  # their row locks would deadlock
+                gone = await self.loop_store.delete_registration(user_id, feed_id)
+            if gone:
+                self.runtime.feeds.remove(feed_id)
+            return gone
+
+        gone = await self.host.run(delete())
         if gone:
-            self.runtime.feeds.remove(feed_id)
             self._ping_buckets.forget(feed_id)
         log.info("feed_unregistered", feed=feed_id, user=user_id, feed_deleted=gone)
 
@@ -758,7 +822,11 @@ class ProxyService:
     async def _apply_ping(self, feed_id: int, users: list[int]) -> int:
         """A ping authenticated as ``users``: the evaluator hears it for their profiles."""
         profiles = {str(pid) for pid in await self.store.profile_ids_of(users)}
-        rt = self.runtime
+        return await self.host.call(self._hear_ping, feed_id, profiles, users)
+
+    def _hear_ping(self, feed_id: int, profiles: set[str], users: list[int]) -> int:
+        """On the loop's thread: the evaluator hears the ping; returns the ops it caused."""
+        rt = self._require_leader()
         slot = rt.feeds.by_id.get(feed_id)
         if slot is None:
             raise FeedNotFoundError(feed_id)
@@ -783,18 +851,19 @@ class ProxyService:
                 user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
             await self._forward(Change("profile", profile.id, user_id))
             return profile
-        rt = self._require_leader()
+        self._require_leader()
         await self._check(user_id, spec)
-        async with self._lock:
-            profile = await self.store.create_profile(
-                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
-            try:
-                steps = rt.install(profile, restore_states=False)
-            except Exception:
-                await self.store.delete_profile(user_id, profile.id)
-                raise
+        # Stored first, by the API's own store and with no lock: new rows that no write round
+        # touches (its rules have no CEI yet), so creates do not queue behind the loop's
+        # writer nor each other (issue 24.4). Then the loop's thread installs it.
+        profile = await self.store.create_profile(
+            user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+        try:
+            await self.host.call(self._install, profile)
+        except Exception:
+            await self.store.delete_profile(user_id, profile.id)
+            raise
         self._profiles_changed(user_id)
-        self._submit(steps)
         log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
@@ -807,16 +876,23 @@ class ProxyService:
                 user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
             await self._forward(Change("profile", profile.id, user_id))
             return profile
-        rt = self._require_leader()
+        self._require_leader()
         # Another user's profile is 404 before anything about its body (feeds) is said.
         await self.store.get_profile(user_id, profile_id)
         await self._check(user_id, spec)
-        async with self._lock:
-            profile = await self.store.replace_profile(
-                user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
-            steps = rt.install(profile, restore_states=False)
+
+        async def replace() -> Profile:
+            # On the loop's thread, under the writer's lock: the old rules' rows are the ones a
+            # round writes states and CEIs for (PostgreSQL would deadlock the two); one replace
+            # at a time, so the evaluator ends with the rules the database ends with.
+            async with self._lock:
+                profile = await self.loop_store.replace_profile(
+                    user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+                self._install(profile)
+            return profile
+
+        profile = await self.host.run(replace())
         self._profiles_changed(user_id)
-        self._submit(steps)
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
@@ -855,11 +931,14 @@ class ProxyService:
             await self._forward(Change("profile_deleted", profile_id, user_id))
             return
         self._require_leader()
-        async with self._lock:
-            await self.store.delete_profile(user_id, profile_id)
-            steps = self.runtime.uninstall(profile_id)
+
+        async def delete() -> None:  # on the loop's thread, under the writer's lock (replace)
+            async with self._lock:
+                await self.loop_store.delete_profile(user_id, profile_id)
+                self._uninstall(profile_id)
+
+        await self.host.run(delete())
         self._profiles_changed(user_id)
-        self._submit(steps)
         log.info("profile_deleted", profile=profile_id, user=user_id)
 
     # ------------------------------------------------------------------ replicas (issue 21)
@@ -880,26 +959,29 @@ class ProxyService:
         if rt is None:
             return  # stepped down meanwhile: the next leader restores from the database
         if change.kind == "feed":
-            rt.feeds.put(await self.store.get_feed(change.id))
+            await self.host.call(self._put_feeds, [await self.store.get_feed(change.id)])
         elif change.kind == "feed_deleted":
             try:
                 await self.store.get_feed(change.id)
             except FeedNotFoundError:
-                rt.feeds.remove(change.id)
+                await self.host.call(rt.feeds.remove, change.id)
         elif change.kind == "ping":
             await self._apply_ping(change.id, list(change.users))
         elif change.kind == "profile" and change.user is not None:
             profile = await self.store.get_profile(change.user, change.id)
-            async with self._lock:
-                steps = rt.install(profile, restore_states=False)
-            self._submit(steps)
+            await self.host.call(self._install, profile)
         elif change.kind == "profile_deleted":
-            async with self._lock:
-                steps = rt.uninstall(change.id)
-            self._submit(steps)
+            await self.host.call(self._uninstall, change.id)
         log.info("change_applied", kind=change.kind, id=change.id)
 
     # ------------------------------------------------------------------ delivery
+
+    def _resolved_elsewhere(self) -> None:
+        """The writer (on the loop's thread) stored resolutions: wake whom :meth:`_resolved`
+        wakes, on the API's event loop (their events belong to it)."""
+        if self._api_loop is not None:
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody left to wake
+                self._api_loop.call_soon_threadsafe(self._resolved)
 
     def _resolved(self) -> None:
         """The writer stored resolutions: wake the dispatcher and the event streams."""
@@ -931,7 +1013,10 @@ class ProxyService:
             if events:
                 continue
             try:
-                await asyncio.wait_for(changed.wait(), self.settings.sse_keepalive_seconds)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+                # that comes as the event is set (the writer sets it from the loop's thread).
+                async with asyncio.timeout(self.settings.sse_keepalive_seconds):
+                    await changed.wait()
             except TimeoutError:
                 yield None
 
@@ -973,8 +1058,13 @@ class ProxyService:
         """
         rt = self._require_leader()
         profiles = await self.store.list_profiles(user_id)
-        resources = {fid: slot.resource for fid, slot in rt.feeds.by_id.items()}
-        inputs = plan_inputs(profiles, resources, rt.models, rt.clock, self.clock.current(), horizon)
+
+        def read() -> PlanInputs:  # on the loop's thread: the models learn there
+            resources = {fid: slot.resource for fid, slot in rt.feeds.by_id.items()}
+            return plan_inputs(profiles, resources, rt.models, rt.clock, self.clock.current(),
+                               horizon)
+
+        inputs = await self.host.call(read)
         s = self.settings
         async with self._plan_lock:
             report = await asyncio.to_thread(run_plan, inputs, budget=s.budget, target=target,
@@ -1063,11 +1153,82 @@ class ProxyService:
     async def flush(self) -> None:
         """Wait until every decision so far is in the database (tests, shutdown)."""
         if self._writer is not None:
-            await self._writer.flush()
+            await self.host.run(self._writer.flush())
 
-    def _submit(self, steps: list[Any]) -> None:
+    # ------------------------------------------------------------------ on the loop's thread
+
+    def _submit(self, steps: list[Step]) -> None:
         if self._writer is not None:
             self._writer.submit(steps)
+
+    def _put_feeds(self, feeds: list[Feed]) -> None:
+        rt = self._require_leader()
+        for feed in feeds:
+            rt.feeds.put(feed)
+
+    def _install(self, profile: Profile) -> None:
+        """A stored profile into the evaluator; its steps go to the writer in the same turn."""
+        self._submit(self._require_leader().install(profile, restore_states=False))
+
+    def _uninstall(self, profile_id: int) -> None:
+        rt = self._runtime
+        if rt is not None:  # a standby has nothing installed
+            self._submit(rt.uninstall(profile_id))
+
+
+async def _open_prober(s: Settings) -> Prober:
+    """The service's own prober, opened on the event loop that will probe with it."""
+    if s.probe_processes:
+        pool = ProbePool(fetcher_settings(s), processes=s.probe_processes)
+        await pool.__aenter__()
+        return pool
+    fetcher = Fetcher(fetcher_settings(s))
+    await fetcher.__aenter__()
+    return fetcher
+
+
+@dataclass(frozen=True, slots=True)
+class _LeasesOnLoop:
+    """The lease's statements run on the chronon loop's event loop with its store: they take
+    turns with the writer's rounds there (on SQLite, a renewal from another thread waited
+    for the writer's lock past the lease's TTL), and no API handler delays them. The
+    :class:`Leader` itself stays on the API's event loop, with the service it drives."""
+
+    store: Store
+    host: LoopHost
+
+    async def acquire_lease(self, name: str, holder: str, *, now: dt.datetime,
+                            ttl: float) -> Lease | None:
+        return await self.host.run(self.store.acquire_lease(name, holder, now=now, ttl=ttl))
+
+    async def renew_lease(self, lease: Lease, *, now: dt.datetime, ttl: float) -> Lease | None:
+        return await self.host.run(self.store.renew_lease(lease, now=now, ttl=ttl))
+
+    async def release_lease(self, lease: Lease, *, now: dt.datetime) -> bool:
+        return await self.host.run(self.store.release_lease(lease, now=now))
+
+    async def current_lease(self, name: str) -> Lease | None:
+        return await self.host.run(self.store.current_lease(name))
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeAtHome:
+    """An injected prober (a broker client, a test's fetcher) belongs to the event loop it
+    was opened on: the loop's thread sends its probes there and awaits the results."""
+
+    prober: Prober
+    home: asyncio.AbstractEventLoop
+
+    async def probe(self, state: FeedState, known: KnownEntries, *, now: dt.datetime) -> ProbeResult:
+        future = asyncio.run_coroutine_threadsafe(
+            self.prober.probe(state, known, now=now), self.home)
+        return await asyncio.wrap_future(future)
+
+    async def check_url(self, url: str) -> None:
+        await self.prober.check_url(url)
+
+    async def aclose(self) -> None:  # its owner closes it
+        return None
 
 
 def _targets(notify: list[NotifySpec] | None) -> tuple[TargetInput, ...] | None:

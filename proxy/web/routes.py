@@ -427,7 +427,7 @@ class WebUi:
         history = [{"p": p, "error": (p.error or "").replace(shared, own)} for p in probes]
         why = explain(registered.feed, probes[0] if probes else None, dt.datetime.now(dt.UTC))
         return self._page(request, "feed.html", session, r=registered, history=history,
-                          why=why.replace(shared, own), model=service.update_model(feed_id))
+                          why=why.replace(shared, own), model=await service.update_model(feed_id))
 
     async def import_feeds(self, request: Request) -> Response:
         posted = await self._posted(request)
