@@ -174,7 +174,7 @@ async def test_a_holder_that_stalled_past_its_ttl_keeps_the_lease_nobody_took(
         time.sleep(1.5 * TTL)  # noqa: ASYNC251 -- the point: a synchronous stall
         assert a.leader is not None and not a.leader.holds()  # its local deadline passed...
         ticks = a.loop.ticks
-        await _until(lambda: a.leading and a.loop.ticks > ticks + 2, within=2 * TTL)
+        await _until(lambda: a.leading and a.loop.ticks > ticks + 2, within=6 * TTL)  # slack for a loaded machine
         assert a.leader.lease is not None and a.leader.lease.epoch == epoch  # ...but it kept it
     finally:
         await a.stop()

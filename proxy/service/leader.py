@@ -208,8 +208,10 @@ class Leader:
             # This process stalled past its deadline (a long synchronous stretch such as
             # restoring 100,000 profiles; the loop did not tick meanwhile: holds() refused).
             # A takeover bumps the epoch, so a renewal that still matches (holder, epoch)
-            # proves nobody took the lease: keep it. Otherwise step down.
-            left = self.timing.renew_every
+            # proves nobody took the lease: keep it. Otherwise step down. The renewal gets a
+            # whole TTL: holds() already refuses ticks, and right after a stall the event loop
+            # has a backlog that can outlast renew_every (the lease was then lost for nothing).
+            left = self.timing.ttl
         try:
             renewed = await asyncio.wait_for(
                 self.leases.renew_lease(lease, now=_utc(self._wall()), ttl=self.timing.ttl), left)
