@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
+
+import pytest
 
 from proxy.errors import StorageError
 from proxy.service._persist import (
@@ -16,7 +19,9 @@ from proxy.service._persist import (
     Resolved,
     RuleStates,
     Seal,
+    Step,
     Writer,
+    batch_bytes,
 )
 from proxy.service.metrics import ServiceMetrics
 from proxy.store import FeedUpdate, NewEi, NewEntry, ProbeInput, ProbeRecord, RuleInput, Store
@@ -194,3 +199,52 @@ async def test_a_round_whose_commit_answer_was_lost_is_not_written_twice(databas
         (cei,) = await store.list_ceis(user, pid)
         assert cei.state == "captured" and cei.eis[0].captured_probe_id is not None
         assert len(done) == 1 and done[0] is not None
+
+
+def _probe_with(entries: int, captures: int) -> ProbeWrite:
+    return ProbeWrite(
+        probe=ProbeInput(feed_id=1, started_at=NOW, outcome="ok", finished_at=NOW, chronon=4),
+        entries=tuple(NewEntry(f"https://example.org/{i}", title=f"Title {i} " * 4,
+                               link=f"https://example.org/{i}", summary="word " * 80)
+                      for i in range(entries)),
+        captures=tuple(Captured(f"r1:{i}", 0, 4) for i in range(captures)),
+        resolved=tuple(Resolved(f"r1:{i}", "captured", 4) for i in range(captures)),
+        feed_update=FeedUpdate(probed_at=NOW, outcome="ok", etag='"v"'),
+    )
+
+
+@pytest.mark.parametrize(("make", "what"), [
+    (lambda i: [AddCei(f"r{i}:0", i, i, 3, (NewEi(0, 1, 3, 5), NewEi(1, 2, 3, 9)), sealed=False)],
+     "a CEI opened"),
+    (lambda i: [Resolved(f"r{i}:0", "missed", 9), ChrononRow(i, NOW, 10, 10, 0, 1, 0.0)],
+     "a resolution and a chronon"),
+    (lambda i: [RuleStates(((i, {"seq": i, "due": i + 10}),))], "a rule's state"),
+    (lambda i: [_probe_with(0, 0)], "a 304"),
+    (lambda i: [_probe_with(3, 10)], "a probe with entries and captures"),
+])
+def test_a_batch_size_estimate_is_within_a_factor_two_of_the_memory_it_holds(
+    make: Callable[[int], list[Step]], what: str
+) -> None:
+    tracemalloc.start()
+    try:
+        batches = [make(i + 10_000) for i in range(500)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimated = sum(batch_bytes(b) for b in batches)
+    assert 0.5 <= estimated / held <= 2.0, (what, estimated, held)
+
+
+async def test_the_byte_bound_fills_the_writer_before_the_batch_bound(store: Store) -> None:
+    writer = Writer(store, ServiceMetrics(), max_batches=10_000, max_bytes=4_000)
+    for t in range(100):  # not started: nothing is written, as while the database is away
+        writer.submit([ChrononRow(t, NOW, budget=2, used=1, captured=0, missed=0, jitter=0.0)])
+        if writer.full:
+            break
+    assert writer.full and writer.backlog < 100
+    assert writer.backlog_bytes == sum(batch_bytes([ChrononRow(t, NOW, 2, 1, 0, 0, 0.0)])
+                                       for t in range(writer.backlog))
+    writer.start()
+    await writer.stop()
+    assert (writer.backlog, writer.backlog_bytes, writer.full) == (0, 0, False)
+    assert await store.last_chronon() == t

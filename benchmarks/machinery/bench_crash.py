@@ -53,6 +53,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -298,7 +299,7 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
         # What each restart's first chronons spent ("-": no row stored, lost in the next kill).
         res.after_restart.append([used.get(c) for c in range(first, first + 12)])
     if args.keep_log:
-        Path(args.keep_log).write_bytes(log.read_bytes())
+        await asyncio.to_thread(shutil.copyfile, log, args.keep_log)
     return res
 
 
