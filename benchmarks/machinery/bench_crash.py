@@ -188,6 +188,7 @@ class KillResult:
     steady_probes_per_s: float = 0.0
     steady_target: int = 0
     after_restart: list[list[int | None]] = field(default_factory=list)
+    leases_lost: int = 0  # a process that lost its own lease (a renewal too late): a restore more
 
 
 async def create_all(api: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> list[int]:
@@ -268,6 +269,7 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
     events = log_events(log)
     res.refused = sum(e.get("event") in {"persist_refused", "op_skipped", "writer_round_failed"}
                       for e in events)
+    res.leases_lost = sum(e.get("event") == "lease_lost" for e in events)
     async with Store.from_url(url) as store:
         report = await store.audit()
         res.violations = len(report.violations)
@@ -462,6 +464,7 @@ async def main() -> int:
                 kill = await kill_run(args, url, workdir)
                 text = kill_table([kill], command)
                 name = f"bench_crash_{kill.backend}" + (f"_{args.one_rule}" if args.one_rule else "")
+                print(f"leases lost by their own holder: {kill.leases_lost}")
                 for n, spent in enumerate(kill.after_restart, 1):
                     print(f"restart {n}: probes in its first chronons "
                           + " ".join("-" if u is None else str(u) for u in spent))
