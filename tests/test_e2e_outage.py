@@ -43,9 +43,11 @@ def _through(url: str, port: int) -> str:
 
 
 def _metric(text: str, name: str) -> float:
+    """The sum of a metric's samples; ``name`` exactly (proxy_write_backlog is a prefix of
+    proxy_write_backlog_bytes)."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
+        if line.startswith((f"{name} ", f"{name}{{")):
             total += float(line.rsplit(" ", 1)[1])
     return total
 

@@ -104,9 +104,10 @@ def env_for(url: str, chronon: float, budget: int) -> dict[str, str]:
 
 
 def metric(text: str, name: str) -> float:
+    """The sum of a metric's samples (all labels); ``name`` exactly, not names it prefixes."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
+        if line.startswith((f"{name} ", f"{name}{{")):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
