@@ -300,12 +300,19 @@ class Settings(BaseSettings):
             "(a second signature), unless the request says otherwise."
         ),
     )
+    write_buffer_bytes: int = Field(
+        default=64 * 2**20, ge=16 * 2**10, le=2**40,
+        description=(
+            "Most memory (bytes, an estimate per batch) that decisions waiting for the database "
+            "may hold; at the bound the loop decides and probes nothing more until writes "
+            "resume, then goes on from the current chronon (docs/operations.md)."
+        ),
+    )
     write_buffer_batches: int = Field(
         default=20_000, ge=100,
         description=(
-            "Most batches of decisions (one per probe or chronon) held in memory while the "
-            "database is away; past it the loop starts no probes until writes resume, and keeps "
-            "deciding (docs/operations.md)."
+            "Most batches of decisions (one per probe or chronon) waiting for the database; "
+            "whichever of this and `PROXY_WRITE_BUFFER_BYTES` is reached first pauses the loop."
         ),
     )
     write_lag_ready_seconds: float = Field(

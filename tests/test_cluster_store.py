@@ -11,6 +11,7 @@ import asyncio
 import datetime as dt
 
 import pytest
+from sqlalchemy import text
 
 from proxy.errors import FencedError, StandbyError
 from proxy.service._persist import ChrononRow, Writer
@@ -108,3 +109,48 @@ async def test_heartbeats_list_live_processes_and_age_out(store: Store) -> None:
     assert await store.forget_process("", older_than=T0 + dt.timedelta(seconds=10)) == 1
     assert await store.forget_process("sched-1") == 1
     assert await store.live_processes(T0) == []
+
+
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+async def test_a_fenced_round_delays_a_takeover_but_not_its_holders_renewals(store: Store) -> None:
+    """PostgreSQL: the fence is an advisory lock, not a lock on the lease row, so a long round
+    never costs its process the lease, while a takeover still waits for the round to end."""
+    lease = await store.acquire_lease("loop", "old", now=T0, ttl=5)
+    assert lease is not None
+    inside, finish = asyncio.Event(), asyncio.Event()
+
+    async def long_round() -> None:
+        fence_writes("loop", "old", lease.epoch)
+        async with store.unit():
+            await store.record_chronon_metrics(1, started_at=T0, budget=5, used=1)
+            inside.set()
+            await finish.wait()
+
+    round_task = asyncio.create_task(long_round())
+    await inside.wait()
+    # The bound only stops a hang; the renewal must not wait for the round at all.
+    renewed = await asyncio.wait_for(
+        store.renew_lease(lease, now=T0 + dt.timedelta(seconds=1), ttl=5), 30)
+    assert renewed is not None and renewed.epoch == lease.epoch
+    takeover = asyncio.create_task(
+        store.acquire_lease("loop", "new", now=T0 + dt.timedelta(seconds=60), ttl=5))
+    async with store.engine.connect() as conn:
+        for _ in range(600):  # until the takeover waits for the fence lock (a hang guard, 30 s)
+            waiting = (await conn.execute(text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ))).scalar()
+            await conn.rollback()
+            if waiting:
+                break
+            await asyncio.sleep(0.05)
+    assert waiting == 1 and not takeover.done()
+    finish.set()
+    await round_task
+    new = await takeover
+    assert new is not None and new.epoch == lease.epoch + 1
+    assert await store.last_chronon() == 1  # the round committed before the takeover
+    with pytest.raises(FencedError):
+        await _chronon_as(store, "loop", "old", lease.epoch, 2)
+    assert await store.last_chronon() == 1

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from sqlalchemy import func, select
 
 from proxy.errors import StorageError
 from proxy.service._persist import (
@@ -16,10 +20,13 @@ from proxy.service._persist import (
     Resolved,
     RuleStates,
     Seal,
+    Step,
     Writer,
+    batch_bytes,
 )
 from proxy.service.metrics import ServiceMetrics
 from proxy.store import FeedUpdate, NewEi, NewEntry, ProbeInput, ProbeRecord, RuleInput, Store
+from proxy.store._models import CaptureRow, CeiRow, EiRow, EntryRow, NotificationEventRow
 
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 
@@ -194,3 +201,128 @@ async def test_a_round_whose_commit_answer_was_lost_is_not_written_twice(databas
         (cei,) = await store.list_ceis(user, pid)
         assert cei.state == "captured" and cei.eis[0].captured_probe_id is not None
         assert len(done) == 1 and done[0] is not None
+
+
+def _probe_with(entries: int, captures: int) -> ProbeWrite:
+    return ProbeWrite(
+        probe=ProbeInput(feed_id=1, started_at=NOW, outcome="ok", finished_at=NOW, chronon=4),
+        entries=tuple(NewEntry(f"https://example.org/{i}", title=f"Title {i} " * 4,
+                               link=f"https://example.org/{i}", summary="word " * 80)
+                      for i in range(entries)),
+        captures=tuple(Captured(f"r1:{i}", 0, 4) for i in range(captures)),
+        resolved=tuple(Resolved(f"r1:{i}", "captured", 4) for i in range(captures)),
+        feed_update=FeedUpdate(probed_at=NOW, outcome="ok", etag='"v"'),
+    )
+
+
+@pytest.mark.parametrize(("make", "what"), [
+    (lambda i: [AddCei(f"r{i}:0", i, i, 3, (NewEi(0, 1, 3, 5), NewEi(1, 2, 3, 9)), sealed=False)],
+     "a CEI opened"),
+    (lambda i: [Resolved(f"r{i}:0", "missed", 9), ChrononRow(i, NOW, 10, 10, 0, 1, 0.0)],
+     "a resolution and a chronon"),
+    (lambda i: [RuleStates(((i, {"seq": i, "due": i + 10}),))], "a rule's state"),
+    (lambda i: [_probe_with(0, 0)], "a 304"),
+    (lambda i: [_probe_with(3, 10)], "a probe with entries and captures"),
+])
+def test_a_batch_size_estimate_is_within_a_factor_two_of_the_memory_it_holds(
+    make: Callable[[int], list[Step]], what: str
+) -> None:
+    tracemalloc.start()
+    try:
+        batches = [make(i + 10_000) for i in range(500)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimated = sum(batch_bytes(b) for b in batches)
+    assert 0.5 <= estimated / held <= 2.0, (what, estimated, held)
+
+
+async def test_the_byte_bound_fills_the_writer_before_the_batch_bound(store: Store) -> None:
+    writer = Writer(store, ServiceMetrics(), max_batches=10_000, max_bytes=4_000)
+    for t in range(100):  # not started: nothing is written, as while the database is away
+        writer.submit([ChrononRow(t, NOW, budget=2, used=1, captured=0, missed=0, jitter=0.0)])
+        if writer.full:
+            break
+    assert writer.full and writer.backlog < 100
+    assert writer.backlog_bytes == sum(batch_bytes([ChrononRow(t, NOW, 2, 1, 0, 0, 0.0)])
+                                       for t in range(writer.backlog))
+    writer.start()
+    await writer.stop()
+    assert (writer.backlog, writer.backlog_bytes, writer.full) == (0, 0, False)
+    assert await store.last_chronon() == t
+
+
+async def test_a_round_of_many_rows_writes_exactly_them_in_order_and_replays_change_nothing(
+    store: Store,
+) -> None:
+    """One round above the 500-row chunks: 600 CEIs opened, grown, captured, resolved, each
+    kind of row written by a handful of statements; then the same captures and resolutions
+    again (a replay after a restart) change nothing and add no notification."""
+    _, (a, b), pid, rid = await _setup(store)
+    n = 600
+    records: list[ProbeRecord | None] = []
+    opened = [AddCei(f"r{rid}:{i}", pid, rid, 3, (NewEi(0, a, 3, 9),), sealed=False)
+              for i in range(n)]
+    grown = [AddEi(f"r{rid}:{i}", NewEi(1, b, 3, 9), seal=True) for i in range(0, n, 2)]
+    sealed = [Seal(f"r{rid}:{i}") for i in range(1, n, 2)]
+    # Captured by one probe of feed a: every CEI's EI 0; the odd CEIs (one EI) are then complete.
+    captured_ids = [f"r{rid}:{i}" for i in range(1, n, 2)]
+    probe = ProbeWrite(
+        probe=ProbeInput(feed_id=a, started_at=NOW, outcome="ok", finished_at=NOW, chronon=4),
+        entries=tuple(NewEntry(f"e{i}", title=f"t{i}") for i in range(n)),
+        captures=tuple(Captured(f"r{rid}:{i}", 0, 4) for i in range(n)),
+        resolved=tuple(Resolved(c, "captured", 4) for c in captured_ids),
+        feed_update=FeedUpdate(probed_at=NOW, outcome="ok"),
+        done=records.append,
+    )
+    # Later, the even CEIs (EI 1 on feed b never captured) are missed, newest first.
+    missed_ids = [f"r{rid}:{i}" for i in reversed(range(0, n, 2))]
+    missed = [Resolved(c, "missed", 10) for c in missed_ids]
+    writer = Writer(store, ServiceMetrics())
+    for batch in ([*opened, RuleStates(((rid, {"seq": n}),))], grown, sealed, [probe],
+                  missed, [ChrononRow(10, NOW, budget=2, used=1, captured=300, missed=300,
+                                      jitter=0.0)]):
+        writer.submit(batch)
+    writer.start()  # everything queued before: one round
+    await writer.stop()
+    assert writer.written > 0 and writer.metrics.writes_refused._value.get() == 0
+
+    async def rows() -> tuple[dict[str, tuple[str, bool, bool]], list[tuple[str, int, str]], int,
+                              list[str], int]:
+        async with store.engine.connect() as conn:
+            ceis = {r.id: (r.state, r.sealed, r.fired) for r in await conn.execute(
+                select(CeiRow.id, CeiRow.state, CeiRow.sealed, CeiRow.fired))}
+            eis = sorted((r.cei_id, r.ordinal, r.state) for r in await conn.execute(
+                select(EiRow.cei_id, EiRow.ordinal, EiRow.state)))
+            captures = (await conn.execute(select(func.count()).select_from(CaptureRow))).scalar_one()
+            events = list((await conn.execute(
+                select(NotificationEventRow.cei_id).order_by(NotificationEventRow.id))).scalars())
+            entries = (await conn.execute(select(func.count()).select_from(EntryRow))).scalar_one()
+        return ceis, eis, captures, events, entries
+
+    ceis, eis, captures, events, entries = await rows()
+    assert len(ceis) == n and entries == n and captures == n
+    assert all(ceis[c] == ("captured", True, False) for c in captured_ids)
+    assert all(ceis[c] == ("missed", True, True) for c in missed_ids)
+    assert len(eis) == n + n // 2
+    assert {(c, o): s for c, o, s in eis} == {
+        **{(f"r{rid}:{i}", 0): "captured" for i in range(n)},
+        **{(f"r{rid}:{i}", 1): "missed" for i in range(0, n, 2)},
+    }
+    # One notification per resolution, in the order the resolutions were decided.
+    assert events == captured_ids + missed_ids
+    (record,) = records
+    assert record is not None and len(record.captured_ei_ids) == n and len(record.new_identities) == n
+
+    # The replaying writer knows every EI's id (so its captures are really written again).
+    known: dict[str, dict[int, int]] = {}
+    async with store.engine.connect() as conn:
+        for row in await conn.execute(select(EiRow.id, EiRow.cei_id, EiRow.ordinal)):
+            known.setdefault(row.cei_id, {})[row.ordinal] = row.id
+    replay = Writer(store, ServiceMetrics(), ei_ids=known)
+    replay.submit([*(Captured(f"r{rid}:{i}", 0, 4) for i in range(n)),
+                   *(Resolved(c, "captured", 4) for c in captured_ids), *missed])
+    replay.start()
+    await replay.stop()
+    assert replay.metrics.writes_refused._value.get() == 0
+    assert await rows() == (ceis, eis, captures, events, entries)

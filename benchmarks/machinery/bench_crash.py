@@ -53,6 +53,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -103,9 +104,10 @@ def env_for(url: str, chronon: float, budget: int) -> dict[str, str]:
 
 
 def metric(text: str, name: str) -> float:
+    """The sum of a metric's samples (all labels); ``name`` exactly, not names it prefixes."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
+        if line.startswith((f"{name} ", f"{name}{{")):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -186,6 +188,8 @@ class KillResult:
     steady_backlog_max: float = 0.0
     steady_probes_per_s: float = 0.0
     steady_target: int = 0
+    after_restart: list[list[int | None]] = field(default_factory=list)
+    leases_lost: int = 0  # a process that lost its own lease (a renewal too late): a restore more
 
 
 async def create_all(api: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> list[int]:
@@ -266,6 +270,7 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
     events = log_events(log)
     res.refused = sum(e.get("event") in {"persist_refused", "op_refused", "writer_round_failed"}
                       for e in events)
+    res.leases_lost = sum(e.get("event") == "lease_lost" for e in events)
     async with Store.from_url(url) as store:
         report = await store.audit()
         res.violations = len(report.violations)
@@ -294,6 +299,10 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
     for first in restarts[1:]:
         t = next((c for c in range(first, top + 1) if used.get(c, 0) >= res.steady_target), None)
         res.back_at_budget.append(-1 if t is None else t - first)
+        # What each restart's first chronons spent ("-": no row stored, lost in the next kill).
+        res.after_restart.append([used.get(c) for c in range(first, first + 12)])
+    if args.keep_log:
+        await asyncio.to_thread(shutil.copyfile, log, args.keep_log)
     return res
 
 
@@ -444,6 +453,8 @@ async def main() -> int:
     parser.add_argument("--publish-per-second", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=24)
     parser.add_argument("--postgres", metavar="ADMIN_URL", default=None)
+    parser.add_argument("--keep-log", metavar="PATH", default=None,
+                        help="kill: copy the service's JSON log there")
     parser.add_argument("--write", action="store_true", help=f"write the section into {DOC.name}")
     args = parser.parse_args()
     command = shlex.join([".venv/bin/python", "benchmarks/machinery/bench_crash.py", *sys.argv[1:]])
@@ -454,6 +465,10 @@ async def main() -> int:
                 kill = await kill_run(args, url, workdir)
                 text = kill_table([kill], command)
                 name = f"bench_crash_{kill.backend}" + (f"_{args.one_rule}" if args.one_rule else "")
+                print(f"leases lost by their own holder: {kill.leases_lost}")
+                for n, spent in enumerate(kill.after_restart, 1):
+                    print(f"restart {n}: probes in its first chronons "
+                          + " ".join("-" if u is None else str(u) for u in spent))
             else:
                 if not args.postgres:
                     raise SystemExit("outage needs --postgres (the cut is a TCP proxy)")

@@ -111,6 +111,7 @@ class ChrononLoop:
     jitters: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
     tick_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
     _busy: set[int] = field(default_factory=set)
+    _paused_from: int | None = None  # first chronon of a pause with the write buffer full
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _known: NothingKnown = field(default_factory=NothingKnown)
     #: Paper 002's predicted EIs (SUP/fbSUP) for watched feeds that do not ping; None: off.
@@ -151,6 +152,12 @@ class ChrononLoop:
         rt = self.runtime
         now = self.clock.now()
         self.current = t
+        if self.writer.full:
+            return self._paused(t)
+        if self._paused_from is not None:
+            log.warning("loop_resumed", chronon=t, paused_chronons=t - self._paused_from,
+                        backlog=self.writer.backlog)
+            self._paused_from = None
         rt.engine.advance(t)
         steps: list[Step] = rt.drain_all()
         steps += rt.apply(rt.evaluator.on_tick(t))
@@ -158,12 +165,6 @@ class ChrononLoop:
         steps += rt.rule_states()
         exclude = rt.feeds.blocked(rt.engine.resources, now) | self._busy
         budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
-        if budget and self.writer.full:
-            # The database has been away so long that the write buffer is full: no new probe
-            # (its results would have nowhere to go); deciding goes on (docs/operations.md).
-            budget = 0
-            self.metrics.write_buffer_full.inc()
-            log.warning("probes_paused_write_buffer_full", chronon=t, backlog=self.writer.backlog)
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
         # Known EIs first (the engine's picks), then the proxy's predicted EIs, then the
         # background: an internal guess never takes a probe a user's CEI needs.
@@ -214,6 +215,22 @@ class ChrononLoop:
         evaluator = self.runtime.evaluator
         return self.predicted.pick(max(spare, 0), t, evaluator.update_weights(), evaluator.update_window(),
                                    exclude)
+
+    def _paused(self, t: int) -> list[int]:
+        """Chronon ``t`` with the write buffer full (the database away for long): decide nothing
+        and probe nothing, so the memory waiting for the database stays bounded; the loop stays
+        alive (liveness) and, once the writer is under its bounds again, goes on from the
+        current chronon: the engine and the evaluator coalesce the skipped chronons as after
+        any late tick (docs/operations.md, "Past the bound")."""
+        if self._paused_from is None:
+            self._paused_from = t
+            log.warning("loop_paused_write_buffer_full", chronon=t, backlog=self.writer.backlog,
+                        backlog_bytes=self.writer.backlog_bytes)
+        self.metrics.write_buffer_full.inc()
+        self.metrics.chronon.set(t)
+        self.last_tick = time.monotonic()
+        self.ticks += 1
+        return []
 
     def _background(self, spare: int, t: int, exclude: set[int]) -> list[int]:
         """Spare budget to the feeds rules wait for: capture-optimal frequencies that keep exploring.

@@ -109,10 +109,15 @@ class ServiceMetrics:
             "proxy_write_lag_seconds",
             "Age of the oldest batch not yet in the database (0 when none): /readyz answers 503 "
             "past PROXY_WRITE_LAG_READY_SECONDS.", registry=r)
+        self.write_backlog_bytes = Gauge(
+            "proxy_write_backlog_bytes",
+            "Estimated memory held by the batches not yet in the database (bounded by "
+            "PROXY_WRITE_BUFFER_BYTES).", registry=r)
         self.write_buffer_full = Counter(
             "proxy_write_buffer_full_chronons",
-            "Chronons that started no probe because PROXY_WRITE_BUFFER_BATCHES batches were "
-            "waiting for the database.", registry=r)
+            "Chronons the loop skipped (no decision, no probe) because the write buffer was "
+            "full: PROXY_WRITE_BUFFER_BYTES or PROXY_WRITE_BUFFER_BATCHES waiting for the "
+            "database.", registry=r)
         self.chronon = Gauge("proxy_chronon", "The current chronon number.", registry=r)
         self.leader = Gauge(
             "proxy_leader", "1 while this process holds the chronon loop's lease, 0 as a standby.",

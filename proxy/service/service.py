@@ -438,6 +438,7 @@ class ProxyService:
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved_elsewhere, fence=lease, max_batches=s.write_buffer_batches,
+                        max_bytes=s.write_buffer_bytes,
                         lock=self._lock,
                         fault=fault_hook(s.test_faults))
         collected = await store.collect_unregistered_feeds()

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Self, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import any_, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -69,6 +69,17 @@ def _identity_key(identity: str) -> str:
 def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterable[Sequence[_T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def _among(conn: AsyncConnection, column: Any, values: Iterable[Any]) -> Any:
+    """``column IN (values)``; on PostgreSQL ``column = ANY(:array)``: one statement text
+    whatever the number of values, so asyncpg prepares it once per connection instead of
+    once per list length (a Parse round trip and a plan each time: with the writer's rounds
+    of varying size, most of its statements were new to the server)."""
+    values = list(values)
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam(None, values, type_=postgresql.ARRAY(column.type)))
+    return column.in_(values)
 
 
 def describe_driver_error(exc: BaseException) -> str:

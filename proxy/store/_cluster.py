@@ -7,11 +7,12 @@ stops deletes its row; one killed leaves a row that simply ages out.
 
 Fencing: :func:`fence_writes` binds a lease (name, holder, epoch) to the
 current asyncio context (a task and what it awaits). Every transaction the
-store opens in that context first reads the lease row, locked ``FOR SHARE`` on
-PostgreSQL, and raises :class:`~proxy.errors.FencedError` unless holder and
-epoch still match, so the check and the write commit atomically: a takeover
-(``UPDATE leases … epoch = epoch + 1``) waits for a fenced write in flight, and
-any fenced write after it is refused. SQLite serialises writers, so the read
+store opens in that context first reads the lease row, after taking the lease's
+advisory lock shared on PostgreSQL, and raises :class:`~proxy.errors.FencedError`
+unless holder and epoch still match, so the check and the write commit atomically: a
+takeover (the advisory lock exclusive, then ``UPDATE leases … epoch = epoch + 1``)
+waits for a fenced write in flight, and any fenced write after it is refused; the
+holder's renewals do not wait for its writes. SQLite serialises writers, so the read
 suffices there. The chronon loop's writer task is fenced; reads of the API are
 not (they change nothing).
 """

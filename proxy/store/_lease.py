@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from sqlalchemy import or_, select, update
 
 from proxy.store._base import StoreBase
+from proxy.store._fence import fence_lock
 from proxy.store._models import LeaseRow
 
 __all__ = ["Lease", "Leases"]
@@ -70,6 +71,14 @@ class Leases(StoreBase):
         """
         expires = now + _ttl(ttl)
         async with self._tx() as conn:
+            if conn.dialect.name == "postgresql":
+                current = (await conn.execute(
+                    select(LeaseRow.holder, LeaseRow.expires_at).where(LeaseRow.name == name))).first()
+                if current is not None and current.holder is not None and current.expires_at > now:
+                    return None  # live: no need to wait for the holder's writes in flight
+                # The fence (_fence.py): wait for the fenced writes in flight, and make every
+                # later one read the new epoch.
+                await conn.execute(fence_lock(name, shared=False))
             taken = (await conn.execute(
                 update(LeaseRow)
                 .where(LeaseRow.name == name,

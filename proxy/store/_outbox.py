@@ -11,6 +11,7 @@ version 1): every target and every retry sends the same bytes.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import secrets
@@ -32,7 +33,7 @@ from proxy.notify.payload import (
 )
 from proxy.notify.signing import new_secret
 from proxy.store._accounts import AccountsAndFeeds
-from proxy.store._base import _chunks
+from proxy.store._base import _among, _chunks
 from proxy.store._models import (
     CeiRow,
     DeliveryRow,
@@ -151,7 +152,7 @@ class Outbox(AccountsAndFeeds):
             states.update(
                 (row.id, row.state)
                 for row in await conn.execute(
-                    select(CeiRow.id, CeiRow.state).where(CeiRow.id.in_(chunk))
+                    select(CeiRow.id, CeiRow.state).where(_among(conn, CeiRow.id, chunk))
                 )
             )
         return states
@@ -175,7 +176,7 @@ class Outbox(AccountsAndFeeds):
         eis: dict[str, list[Any]] = defaultdict(list)
         for chunk in _chunks(ids):
             done.update(
-                (await conn.execute(select(events.c.cei_id).where(events.c.cei_id.in_(chunk))))
+                (await conn.execute(select(events.c.cei_id).where(_among(conn, events.c.cei_id, chunk))))
                 .scalars()
             )
             for row in await conn.execute(
@@ -186,11 +187,11 @@ class Outbox(AccountsAndFeeds):
                 )
                 .join(ProfileRow, ProfileRow.id == CeiRow.profile_id)
                 .outerjoin(RuleRow, RuleRow.id == CeiRow.rule_id)
-                .where(CeiRow.id.in_(chunk))
+                .where(_among(conn, CeiRow.id, chunk))
             ):
                 ceis[row.id] = row
             for ei in await conn.execute(
-                select(EiRow).where(EiRow.cei_id.in_(chunk)).order_by(EiRow.cei_id, EiRow.ordinal)
+                select(EiRow).where(_among(conn, EiRow.cei_id, chunk)).order_by(EiRow.cei_id, EiRow.ordinal)
             ):
                 eis[ei.cei_id].append(ei)
         todo = [cei_id for cei_id in ids if cei_id in ceis and cei_id not in done]
@@ -215,7 +216,11 @@ class Outbox(AccountsAndFeeds):
             ).scalars()
         )
         payloads = []
-        for cei_id, event_id in zip(todo, event_ids, strict=True):
+        for n, (cei_id, event_id) in enumerate(zip(todo, event_ids, strict=True), 1):
+            if n % 100 == 0:
+                # A round after a restart resolves a thousand CEIs and more: let the lease's
+                # renewal and the chronon loop run between documents (each costs ~0.5 ms).
+                await asyncio.sleep(0)
             doc = self._document(
                 event_id, now, resolved[cei_id], ceis[cei_id], eis[cei_id], urls, entries, failures
             )
@@ -240,8 +245,8 @@ class Outbox(AccountsAndFeeds):
             for row in await conn.execute(
                 select(FeedRegistrationRow.user_id, FeedRegistrationRow.feed_id,
                        FeedRegistrationRow.url)
-                .where(FeedRegistrationRow.feed_id.in_(chunk),
-                       FeedRegistrationRow.user_id.in_(users))
+                .where(_among(conn, FeedRegistrationRow.feed_id, chunk),
+                       _among(conn, FeedRegistrationRow.user_id, users))
             ):
                 out[(row.user_id, row.feed_id)] = row.url
         return out
@@ -256,7 +261,7 @@ class Outbox(AccountsAndFeeds):
             for row in await conn.execute(
                 select(EntryRow.first_seen_probe_id, EntryRow.feed_id, EntryRow.title,
                        EntryRow.link, EntryRow.published, EntryRow.summary)
-                .where(EntryRow.first_seen_probe_id.in_(chunk))
+                .where(_among(conn, EntryRow.first_seen_probe_id, chunk))
                 .order_by(EntryRow.id)
             ):
                 out[(row.first_seen_probe_id, row.feed_id)].append(row)
@@ -275,7 +280,7 @@ class Outbox(AccountsAndFeeds):
             for row in await conn.execute(
                 select(ProbeRow.feed_id, ProbeRow.chronon, ProbeRow.outcome,
                        ProbeRow.http_status, ProbeRow.error, ProbeRow.started_at)
-                .where(ProbeRow.feed_id.in_(chunk), ProbeRow.chronon >= lo,
+                .where(_among(conn, ProbeRow.feed_id, chunk), ProbeRow.chronon >= lo,
                        ProbeRow.chronon <= hi, ProbeRow.outcome.not_in(_SUCCESS))
                 .order_by(ProbeRow.id)
             ):
@@ -361,13 +366,13 @@ class Outbox(AccountsAndFeeds):
         joined = subs.join(targets, targets.c.id == subs.c.target_id)
         for chunk in _chunks(rule_ids):
             for row in await conn.execute(
-                select(*columns).select_from(joined).where(subs.c.rule_id.in_(chunk))
+                select(*columns).select_from(joined).where(_among(conn, subs.c.rule_id, chunk))
             ):
                 by_rule[row.rule_id].append(row)
         for chunk in _chunks(orphans):
             for row in await conn.execute(
                 select(*columns).select_from(joined)
-                .where(subs.c.profile_id.in_(chunk), subs.c.rule_id.is_(None))
+                .where(_among(conn, subs.c.profile_id, chunk), subs.c.rule_id.is_(None))
             ):
                 by_profile[row.profile_id].append(row)
         rows = []

@@ -30,6 +30,7 @@ from proxy.store._accounts import consecutive_errors_after, feed_health_values
 from proxy.store._base import (
     _ENTRY_COLUMNS,
     SUMMARY_MAX_CHARS,
+    _among,
     _check_state,
     _chunks,
     _entry,
@@ -207,8 +208,8 @@ class ProbesAndMetrics(ProfilesAndCeis):
         for chunk in _chunks(pairs):
             wanted = set(chunk)
             query = select(entries.c.feed_id, entries.c.identity).where(
-                entries.c.feed_id.in_(sorted({feed_id for feed_id, _ in chunk})),
-                entries.c.identity.in_(sorted({key for _, key in chunk})),
+                _among(conn, entries.c.feed_id, sorted({feed_id for feed_id, _ in chunk})),
+                _among(conn, entries.c.identity, sorted({key for _, key in chunk})),
             )
             known.update(
                 pair for pair in map(tuple, await conn.execute(query)) if pair in wanted
@@ -284,7 +285,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
         info: dict[int, tuple[int, str, str]] = {}
         for chunk in _chunks(ei_ids):
             query = select(eis.c.id, eis.c.feed_id, eis.c.cei_id, eis.c.state).where(
-                eis.c.id.in_(chunk)
+                _among(conn, eis.c.id, chunk)
             )
             if conn.dialect.name == "postgresql":
                 query = query.with_for_update()
@@ -368,7 +369,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
         for chunk in _chunks(missed):
             await conn.execute(
                 update(eis)
-                .where(eis.c.cei_id.in_(chunk), eis.c.state == "pending")
+                .where(_among(conn, eis.c.cei_id, chunk), eis.c.state == "pending")
                 .values(state="missed")
             )
         # The outbox: the notifications of these resolutions, in this same transaction.
@@ -422,7 +423,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
                 (
                     await conn.execute(
                         select(EntryRow.identity).where(
-                            EntryRow.feed_id == feed_id, EntryRow.identity.in_(chunk)
+                            EntryRow.feed_id == feed_id, _among(conn, EntryRow.identity, chunk)
                         )
                     )
                 )

@@ -34,6 +34,7 @@ from proxy.errors import (
 )
 from proxy.store._base import (
     SUCCESS_PROBE_OUTCOMES,
+    _among,
     _check_state,
     _chunks,
     _ei,
@@ -211,7 +212,7 @@ class ProfilesAndCeis(Outbox):
             for chunk in _chunks(list(states)):
                 ids = [rule_id for rule_id, _ in chunk]
                 existing = set(
-                    (await conn.execute(select(RuleRow.id).where(RuleRow.id.in_(ids)))).scalars()
+                    (await conn.execute(select(RuleRow.id).where(_among(conn, RuleRow.id, ids)))).scalars()
                 )
                 rows = [{"rule_id": r, "state": st} for r, st in chunk if r in existing]
                 if rows:
@@ -422,7 +423,7 @@ class ProfilesAndCeis(Outbox):
             profiles = {c[1] for c in ceis}
             alive = set(
                 (
-                    await conn.execute(select(ProfileRow.id).where(ProfileRow.id.in_(profiles)))
+                    await conn.execute(select(ProfileRow.id).where(_among(conn, ProfileRow.id, profiles)))
                 ).scalars()
             )
             kept = [c for c in ceis if c[1] in alive]
@@ -430,7 +431,7 @@ class ProfilesAndCeis(Outbox):
                 return {}
             rules = {c[2] for c in kept if c[2] is not None}
             live_rules = set(
-                (await conn.execute(select(RuleRow.id).where(RuleRow.id.in_(rules)))).scalars()
+                (await conn.execute(select(RuleRow.id).where(_among(conn, RuleRow.id, rules)))).scalars()
             ) if rules else set()
             try:
                 await conn.execute(insert(CeiRow), [
@@ -447,12 +448,12 @@ class ProfilesAndCeis(Outbox):
                 for cid, _, _, _, _, eis in kept for ei in eis
             ]
             if rows:
-                await conn.execute(insert(EiRow), rows)
-                for chunk in _chunks([c[0] for c in kept]):
-                    for row in await conn.execute(
-                        select(EiRow.id, EiRow.cei_id, EiRow.ordinal).where(EiRow.cei_id.in_(chunk))
-                    ):
-                        out.setdefault(row.cei_id, {})[row.ordinal] = row.id
+                # The new CEIs' EIs are all new: the INSERT returns their ids (one statement
+                # instead of an INSERT and a SELECT per 500 CEIs).
+                for row in await conn.execute(
+                    insert(EiRow).returning(EiRow.id, EiRow.cei_id, EiRow.ordinal), rows
+                ):
+                    out.setdefault(row.cei_id, {})[row.ordinal] = row.id
         return out
 
     async def add_eis(
@@ -469,7 +470,7 @@ class ProfilesAndCeis(Outbox):
         async with self._tx() as conn:
             alive: set[str] = set()
             for chunk in _chunks(cei_ids):
-                alive.update((await conn.execute(select(CeiRow.id).where(CeiRow.id.in_(chunk)))).scalars())
+                alive.update((await conn.execute(select(CeiRow.id).where(_among(conn, CeiRow.id, chunk)))).scalars())
             rows = [
                 {"cei_id": cid, "ordinal": ei.ordinal, "feed_id": ei.feed_id, "start": ei.start,
                  "finish": ei.finish, "reveal": ei.reveal, "state": "pending"}
@@ -482,14 +483,14 @@ class ProfilesAndCeis(Outbox):
                     raise ConflictError("an EI ordinal is already taken") from None
             grown = sorted({cid for cid, _ in eis if cid in alive})
             for chunk in _chunks(grown):
-                await conn.execute(update(CeiRow).where(CeiRow.id.in_(chunk)).values(fired=True))
+                await conn.execute(update(CeiRow).where(_among(conn, CeiRow.id, chunk)).values(fired=True))
             sealed = [cid for cid in seal if cid in alive]
             for chunk in _chunks(sealed):
-                await conn.execute(update(CeiRow).where(CeiRow.id.in_(chunk)).values(sealed=True))
+                await conn.execute(update(CeiRow).where(_among(conn, CeiRow.id, chunk)).values(sealed=True))
             touched = sorted({cid for cid, _ in eis if cid in alive})
             for chunk in _chunks(touched):
                 for row in await conn.execute(
-                    select(EiRow.id, EiRow.cei_id, EiRow.ordinal).where(EiRow.cei_id.in_(chunk))
+                    select(EiRow.id, EiRow.cei_id, EiRow.ordinal).where(_among(conn, EiRow.cei_id, chunk))
                 ):
                     out.setdefault(row.cei_id, {})[row.ordinal] = row.id
         return out
