@@ -292,7 +292,7 @@ async def test_past_the_byte_bound_the_loop_pauses_and_resumes_losing_nothing(
             before = _probes(registry)
             await eventually(lambda: _async(_probes(registry) > before), within=60,
                              what="probing again")
-            await writer.flush()
+            await service.flush()  # on the loop's thread, where the writer and its events live
         async with Store.from_url(fresh_postgres_url) as store:
             assert (await store.audit()).violations == ()
             async with store.engine.connect() as conn:

@@ -351,7 +351,9 @@ class Writer:
         finally:
             for fut in (flushing, now):
                 fut.cancel()
-            await asyncio.gather(flushing, now, return_exceptions=True)
+            flushed, _ = await asyncio.gather(flushing, now, return_exceptions=True)
+        if isinstance(flushed, Exception):  # e.g. its events bound to another thread's loop
+            log.error("writer_drain_failed", error=repr(flushed))
         left = len(self._queue)
         if left:
             log.error("writer_stopped_with_backlog", batches=left,
