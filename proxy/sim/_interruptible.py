@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.sim._worker import start_without_sigint
 from proxy.sim.experiments import (
     FIGURES,
     RUNTIME_PANELS,
@@ -85,7 +86,7 @@ def run_experiments(
     outcome = ExperimentsOutcome()
     rows: dict[str, list[Any]] = {}
     current: str | None = None
-    child.start()
+    start_without_sigint(child)
     try:
         while True:
             try:

@@ -18,6 +18,7 @@ import multiprocessing
 import pickle
 import queue as queue_module
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,26 @@ def _child(messages: Any, target: Callable[..., Any], args: tuple[Any, ...]) -> 
         messages.put(("error", exc))
 
 
+def start_without_sigint(child: Any) -> None:
+    """``child.start()`` with SIGINT ignored in the child from its first instruction.
+
+    A spawned child imports for a while before its target runs and ignores SIGINT
+    itself; a Ctrl-C in that while raised KeyboardInterrupt in the middle of its
+    imports and printed a traceback. An ignored disposition survives exec, and Python
+    keeps it at start-up, so the parent ignores SIGINT for the moment of the start.
+    A Ctrl-C within that moment is lost (the user presses again); off the main thread
+    signals cannot be set, and the child is started as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        child.start()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_killable(target: Callable[..., Any], args: tuple[Any, ...], on_step: Callable[[Any], None],
                  *, name: str, on_started: Callable[[], None] | None = None) -> WorkerOutcome:
     """Call ``target(send, *args)`` in a child; ``on_step`` gets each ``send(step)`` in the parent.
@@ -59,7 +80,7 @@ def run_killable(target: Callable[..., Any], args: tuple[Any, ...], on_step: Cal
     messages = ctx.Queue()
     child = ctx.Process(target=_child, args=(messages, target, args), name=name, daemon=True)
     try:
-        child.start()
+        start_without_sigint(child)
         if on_started is not None:
             on_started()
         while True:
