@@ -76,6 +76,7 @@ async def _crash_run(tmp_path: Path, url: str, seed: int) -> None:
     faulty = dict(env, PROXY_TEST_FAULTS=(
         "writer.between_units=0.01,writer.before_commit=0.01,writer.after_commit=0.01"))
     acknowledged: set[int] = set()
+    attempts = 0
     async with FeedFarm([f"f{i}" for i in range(FEEDS)], prefill=2) as farm, httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"},
         timeout=10,
@@ -102,9 +103,12 @@ async def _crash_run(tmp_path: Path, url: str, seed: int) -> None:
                 if not feeds:
                     feeds = [(await api.post("/api/v1/feeds", json={"url": farm.url(f"f{i}")}))
                              .json()["id"] for i in range(FEEDS)]
-                # Clients create profiles between kills: acknowledged means stored.
+                # Clients create profiles between kills: acknowledged means stored. A create
+                # whose answer was lost to a kill may be stored or not (either is right), so
+                # every attempt gets a name of its own: retrying a stored name answers 409.
                 for _ in range(2):
-                    i = len(acknowledged)
+                    i = attempts
+                    attempts += 1
                     try:
                         r = await api.post("/api/v1/profiles", json=_profile(
                             feeds[i % FEEDS], feeds[(i + 1) % FEEDS], i))
