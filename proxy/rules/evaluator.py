@@ -715,18 +715,7 @@ class TriggerEvaluator:
         one starts exactly where AuctionWatch says (after the missed CEI's last
         EI start). Unknown or already-closed ids give no ops.
         """
-        rule_id = self._open_index.pop(cei_id, None)
-        if rule_id is None:
-            return []
-        self._dirty.add(rule_id)
-        if rule_id in self._trigger_state:
-            self._trigger_state[rule_id].open.pop(cei_id, None)
-        elif rule_id in self._watch_state:
-            wstate = self._watch_state[rule_id]
-            if wstate.cei_id == cei_id:
-                wstate.alive = False
-                self._reweigh(rule_id, self._rules[rule_id])
-        return [SealCei(cei_id)]
+        return [SealCei(cei_id)] if self._forget_open(cei_id) else []
 
     on_cei_missed = on_trigger_missed
 
@@ -743,17 +732,22 @@ class TriggerEvaluator:
         marked dirty so their states are saved.
         """
         for cei_id in cei_ids:
-            rule_id = self._open_index.pop(cei_id, None)
-            if rule_id is None:
-                continue
-            self._dirty.add(rule_id)
-            if rule_id in self._trigger_state:
-                self._trigger_state[rule_id].open.pop(cei_id, None)
-            elif rule_id in self._watch_state:
-                wstate = self._watch_state[rule_id]
-                if wstate.cei_id == cei_id:
-                    wstate.alive = False
-                    self._reweigh(rule_id, self._rules[rule_id])
+            self._forget_open(cei_id)
+
+    def _forget_open(self, cei_id: str) -> bool:
+        """Drop an open CEI from its rule's state (a watch rule's current one dies); False if unknown."""
+        rule_id = self._open_index.pop(cei_id, None)
+        if rule_id is None:
+            return False
+        self._dirty.add(rule_id)
+        if rule_id in self._trigger_state:
+            self._trigger_state[rule_id].open.pop(cei_id, None)
+        elif rule_id in self._watch_state:
+            wstate = self._watch_state[rule_id]
+            if wstate.cei_id == cei_id:
+                wstate.alive = False
+                self._reweigh(rule_id, self._rules[rule_id])
+        return True
 
     # ------------------------------------------------------------------ state
 
