@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import gamma, norm
 
 from proxy.core.discovery import CaptureExplore
-from proxy.core.rates import CycleShape, OnlineRates, gamma_upper
+from proxy.core.rates import CycleShape, OnlineRates, gamma_upper, pooled_rates
 
 
 @pytest.mark.parametrize(("shape", "rate", "z"), [(1, 10, 1.0), (1, 10, 2.0), (3, 50, 1.0), (20, 400, 1.0),
@@ -207,3 +207,140 @@ def test_the_level_exponent_sets_how_much_the_rates_rank_the_frequencies(
 def test_a_level_exponent_outside_0_1_is_refused() -> None:
     with pytest.raises(ValueError, match="level_exponent"):
         CaptureExplore(level_exponent=1.5)
+
+
+# --- Pooled rates and the service's configuration (epsilon 0, capture-optimal on pooled rates) -----------------
+
+
+@pytest.mark.parametrize(
+    ("updates", "exposure", "strength", "z", "expected"),
+    [
+        # Nothing seen anywhere: one rate for all, the pool's (0 + 1) / (0 + 1), at Wilson–Hilferty's median
+        # (z = 0: the mean times (1 - 1/(9 x 8))^3).
+        ([0, 0, 0], [0, 0, 0], 8.0, 0.0, [0.959, 0.959, 0.959]),
+        # The pool's rate is m = 11/201; a feed never probed gets it (x the median's 0.959), one that saw
+        # 10 updates in 100 chronons Gamma(18, 8/m + 100), one that saw none Gamma(8, 8/m + 100).
+        ([0, 10, 0], [0, 100, 100], 8.0, 0.0, [0.0525, 0.0718, 0.0312]),
+        # Plenty of evidence: the feed's own rate, 1,000 updates in 10,000 chronons; the pool's 8 hardly matter.
+        ([1000, 1], [10_000, 10_000], 8.0, 0.0, [0.0992, 0.000853]),
+        # Two updates in 20 chronons against none in 200: 11 times faster with a pool worth one update,
+        # less than twice with the service's eight (POOL_STRENGTH), until more evidence comes.
+        ([2, 0], [20, 200], 1.0, 0.0, [0.0286, 0.0026]),
+        ([2, 0], [20, 200], 8.0, 0.0, [0.0159, 0.0097]),
+        ([], [], 8.0, 2.0, []),
+    ],
+)
+def test_pooled_rates_shrink_each_feed_toward_the_pool(
+    updates: list[float], exposure: list[float], strength: float, z: float, expected: list[float]
+) -> None:
+    assert pooled_rates(updates, exposure, strength, z) == pytest.approx(expected, rel=0.03)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.floats(0, 1e4)), min_size=1, max_size=12),
+    st.sampled_from([0.5, 1.0, 8.0, 16.0]),
+    st.sampled_from([0.0, 1.0, 2.0]),
+    st.integers(0, 11),
+)
+def test_pooled_rates_rise_with_updates_fall_with_exposure_and_stay_positive(
+    feeds: list[tuple[int, float]], strength: float, z: float, k: int
+) -> None:
+    n, t = [float(f[0]) for f in feeds], [f[1] for f in feeds]
+    rates = pooled_rates(n, t, strength, z)
+    assert all(0 < r < math.inf for r in rates)
+    i = k % len(feeds)
+    # One more update on feed i (the pool moves too) raises feed i's rate; more exposure lowers it.
+    more = pooled_rates([*n[:i], n[i] + 1, *n[i + 1:]], t, strength, z)
+    longer = pooled_rates(n, [*t[:i], t[i] + 10.0, *t[i + 1:]], strength, z)
+    assert more[i] > rates[i] and longer[i] < rates[i]
+    # More optimism, higher rates.
+    assert all(o >= r for o, r in zip(pooled_rates(n, t, strength, z + 1), rates, strict=True))
+    # Order does not matter (the pool is a sum).
+    assert pooled_rates(n[::-1], t[::-1], strength, z)[::-1] == pytest.approx(rates)
+
+
+@pytest.mark.parametrize(
+    ("updates", "exposure", "strength", "match"),
+    [([1], [1, 2], 8.0, "same length"), ([-1], [1], 8.0, ">= 0"), ([1], [math.nan], 8.0, "finite"),
+     ([1], [1], 0.0, "strength"), ([1], [1], math.inf, "strength")],
+)
+def test_pooled_rates_refuse_bad_evidence(updates: list[float], exposure: list[float], strength: float,
+                                          match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        pooled_rates(updates, exposure, strength)
+
+
+def service_allocator() -> CaptureExplore:
+    """The loop's configuration (proxy.service.loop): no explore share, capture-optimal frequencies."""
+    from proxy.service.loop import EXPLORE_SHARE, LEVEL_EXPONENT
+
+    return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.lists(st.tuples(st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5]), st.sampled_from([0.25, 0.5, 1.0, 2.0])),
+             min_size=1, max_size=30),
+    st.integers(0, 12),
+)
+def test_the_service_allocation_spends_the_whole_budget_and_revisits_funded_feeds_within_their_window(
+    budget: int, feeds: list[tuple[float, float]], window: int
+) -> None:
+    rate = [max(f[0], 1e-6) for f in feeds]  # pooled rates are never 0
+    weight = [f[1] for f in feeds]
+    alloc = service_allocator()
+    history = drive(alloc, budget, 120, rate, weight, window)  # budget never exceeded, distinct, watched
+    # Work-conserving: with no explore share, every probe the budget allows is spent on some waiting feed.
+    assert all(len(picked) == min(budget, len(feeds)) for picked in history)
+    # A feed the frequencies fund in full (one probe per window + 1 chronons, where a probe catches every
+    # update in time) is revisited within window + 2 chronons once the stride has settled: the stride's
+    # lag is at most one chronon when more feeds come due at once than the budget allows.
+    cap = 1.0 / (window + 1)
+    settled = 2 * (window + 1)
+    for r in range(len(feeds)):
+        if alloc.frequency(r) < cap - 1e-12:
+            continue
+        times = [t for t, picked in enumerate(history) if r in picked]
+        gaps = [b - a for a, b in itertools.pairwise(times) if a >= settled]
+        assert max(gaps, default=0) <= window + 2, (r, gaps)
+
+
+@pytest.mark.parametrize(("n", "budget", "window"), [(1, 1, 0), (5, 1, 4), (11, 1, 10), (22, 2, 10), (30, 3, 9),
+                                                    (7, 2, 3), (40, 4, 9)])
+def test_as_many_equal_feeds_as_the_budget_can_watch_are_each_probed_every_window_plus_one(
+    n: int, budget: int, window: int
+) -> None:
+    # n <= budget x (window + 1): the frequencies fund every feed in full, so after the first round
+    # (the greedy fill's baseline probes) no feed waits longer than an update's window: round-robin's
+    # guarantee, at the revisit interval the rules ask for rather than n / budget.
+    history = drive(service_allocator(), budget, 200, [0.05] * n, [1.0] * n, window)
+    for r in range(n):
+        times = [t for t, picked in enumerate(history) if r in picked]
+        gaps = [b - a for a, b in itertools.pairwise(times) if a >= window + 1]
+        assert gaps and max(gaps) <= window + 1, (r, gaps)
+
+
+@pytest.mark.parametrize(
+    ("evidence", "weight", "expected"),
+    [
+        # Equal weights: the feed whose record shows updates takes the frequencies; the one that showed
+        # none in the same 200 chronons is left to the fill (never, here: the budget is all strided).
+        ([(40, 200), (0, 200)], [1.0, 1.0], [100, 0]),
+        # Nothing seen yet: by weight, as the service did before (LEVEL_EXPONENT 0).
+        ([(0, 0), (0, 0)], [1.0, 3.0], [0, 100]),
+        # A rule waiting for the slow feed alone (weight 3) does not outweigh 40 updates against none.
+        ([(40, 200), (0, 200)], [1.0, 3.0], [100, 0]),
+    ],
+)
+def test_the_service_allocation_ranks_by_weight_times_pooled_rate(
+    evidence: list[tuple[float, float]], weight: list[float], expected: list[int]
+) -> None:
+    from proxy.service.loop import OPTIMISM_Z, POOL_STRENGTH
+
+    rate = pooled_rates([e[0] for e in evidence], [e[1] for e in evidence], POOL_STRENGTH, OPTIMISM_Z)
+    # Window 0: one feed's frequency takes the whole budget of 1, so the frequencies decide every probe;
+    # the first chronon's probe is the fill's (never probed, smaller id), counted out.
+    history = drive(service_allocator(), 1, 101, rate, weight, 0)[1:]
+    assert [sum(r in picked for picked in history) for r in range(2)] == expected

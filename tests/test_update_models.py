@@ -6,6 +6,7 @@ import csv
 import json
 import math
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -436,16 +437,19 @@ def test_kind_counts_agree_with_estimate_without_refitting() -> None:
     assert expected["prior"] == 1 and expected["poisson"] + expected["periodic"] == 2
 
 
-def test_the_posterior_narrows_with_data_and_the_slot_optimism_follows() -> None:
-    """The background's optimism: a feed seen little looks faster than its mean, one seen a lot does not."""
-    from proxy.service._feeds import OPTIMISM_Z, FeedSlot
+def test_the_posterior_narrows_with_data_and_the_slot_evidence_follows() -> None:
+    """The background's inputs: the record behind the posterior (without the prior), pooled; optimism fades with data."""
+    from proxy.core.rates import pooled_rates
+    from proxy.service._feeds import FeedSlot
     from proxy.service.clock import ChrononClock
+    from proxy.service.loop import OPTIMISM_Z, POOL_STRENGTH
 
     m = FeedUpdateModels(EXACT)
     assert m.posterior("unknown") == (m.prior.alpha, m.prior.beta)
+    assert m.evidence("unknown") == (0.0, 0.0)
     slot = FeedSlot(id=1, resource=0, url="http://x/f", etag=None, last_modified=None, consecutive_errors=0,
                     not_before=None, disabled=False)
-    factors = []
+    evidence = []
     for feed, n in enumerate((3, 30, 300)):
         times = poisson_times(2.0, n, seed=n)
         m.observe_document(feed, times[-1] + 60, times)
@@ -455,10 +459,38 @@ def test_the_posterior_narrows_with_data_and_the_slot_optimism_follows() -> None
             assert shape / rate * HOUR == pytest.approx(2.0, rel=0.3)
         slot.resource = feed
         slot.learn_rate(m, times[-1] + 60, ChrononClock(datetime(2026, 1, 1, tzinfo=UTC), 60.0))
-        factors.append(slot.optimism)
+        assert slot.evidence == pytest.approx((shape - m.prior.alpha, rate - m.prior.beta))  # the posterior's data
+        evidence.append(slot.evidence)
         assert slot.shape is None  # Poisson: no cycle
+    # Pooled in minute chronons, as the loop does: the optimistic rate over the median shrinks with data.
+    n, seconds = [e[0] for e in evidence], [e[1] / 60.0 for e in evidence]
+    factors = [hi / mid for hi, mid in zip(pooled_rates(n, seconds, POOL_STRENGTH, OPTIMISM_Z),
+                                           pooled_rates(n, seconds, POOL_STRENGTH, 0.0), strict=True)]
     assert factors[0] > factors[1] > factors[2] > 1.0
     assert factors[2] < 1 + 1.5 * OPTIMISM_Z / math.sqrt(300)  # about 1 + z/sqrt(n) with plenty of data
+
+
+@pytest.mark.parametrize(("chronon", "merge"), [(60.0, 60.0), (3600.0, 60.0), (0.3, 0.3), (10.0, 10.0)])
+def test_the_service_merges_dates_within_one_chronon_at_most(chronon: float, merge: float) -> None:
+    from proxy.service._feeds import update_model_settings
+
+    cfg = update_model_settings(chronon)
+    assert cfg.merge_window == merge
+    assert replace(cfg, merge_window=UpdateModelSettings().merge_window) == UpdateModelSettings()  # nothing else
+
+
+def test_with_short_chronons_dates_a_second_apart_are_distinct_updates() -> None:
+    # The live bench's 0.3 s chronons: two weeks in a minute. With the default 60 s merge every feed's run
+    # was one update, and the background allocation could not tell a busy feed from a silent one.
+    from proxy.service._feeds import update_model_settings
+
+    t0 = 1.7e9
+    dates = [t0 + k for k in range(0, 40, 2)]  # 20 entries, 2 s apart
+    short, default = FeedUpdateModels(update_model_settings(0.3)), FeedUpdateModels()
+    short.observe_document("f", t0 + 60, dates)
+    default.observe_document("f", t0 + 60, dates)
+    assert short.evidence("f") == (20, 60)  # every date an update, covered from the oldest to the fetch
+    assert default.evidence("f")[0] <= 1
 
 
 @pytest.mark.parametrize("kind", ["office", "digest"])

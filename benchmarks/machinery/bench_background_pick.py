@@ -6,9 +6,13 @@ rule waits for; this times it alone (no service, no I/O) on synthetic inputs:
 Gamma-distributed rates, uniform weights, W = 10, every pick a successful
 probe, and the cases the service meets: no feed with a cycle, and a share of
 the feeds with an hour-of-week ``CycleShape`` (a seasonal model), each at the
-frequencies' trust 1 (``weight × rate``) and 0 (the service's, by weight).
-CPU time per pick (``time.process_time``, so other processes' load counts
-less than in wall time), median and 99th percentile over ``--ticks`` ticks.
+frequencies' trust 1 (``weight × rate``) and 0 (by weight; the explore share
+0.2: the service's allocation until the pooled rates), and the service's
+allocation now (``service``: the loop's explore share and trust, its rates
+pooled from each feed's evidence by ``pooled_rates`` inside the timed pick, as
+the loop does every tick). CPU time per pick (``time.process_time``, so other
+processes' load counts less than in wall time), median and 99th percentile
+over ``--ticks`` ticks.
 
     .venv/bin/python benchmarks/machinery/bench_background_pick.py --feeds 10000 --budget 200
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,13 +34,16 @@ from proxy.core.discovery import CaptureExplore
 
 
 def run(feeds: int, budget: int, ticks: int, shaped_share: float, level_exponent: float | None,
-        seed: int) -> tuple[float, float]:
-    """p50 and p99 of the CPU milliseconds per pick."""
+        seed: int, service: bool = False) -> tuple[float, float]:
+    """p50 and p99 of the CPU milliseconds per pick (``service``: the loop's allocation, pooling included)."""
     rng = np.random.default_rng(seed)
     resources = list(range(feeds))
     rate = [float(x) for x in rng.gamma(0.6, 0.02, feeds)]
     weight = [float(x) for x in rng.uniform(0.1, 2.0, feeds)]
+    exposure = [float(x) for x in rng.uniform(100.0, 10_000.0, feeds)]  # chronons each feed was covered
+    updates = [float(x) for x in rng.poisson(np.asarray(rate) * np.asarray(exposure))]
     extra: dict[str, object] = {}
+    pool: Callable[[], list[float]] | None = None
     if level_exponent is not None:
         from proxy.core.rates import CycleShape
 
@@ -46,12 +54,22 @@ def run(feeds: int, budget: int, ticks: int, shaped_share: float, level_exponent
         alloc = CaptureExplore(level_exponent=level_exponent)
     else:
         alloc = CaptureExplore()
+    if service:
+        from proxy.core.rates import pooled_rates
+        from proxy.service.loop import EXPLORE_SHARE, LEVEL_EXPONENT, OPTIMISM_Z, POOL_STRENGTH
+
+        alloc = CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT)
+
+        def pool() -> list[float]:
+            return pooled_rates(updates, exposure, POOL_STRENGTH, OPTIMISM_Z)
+
     last: dict[int, int | None] = dict.fromkeys(resources)
     times = []
     for t in range(ticks):
         ls = [last[r] for r in resources]
         t0 = time.process_time()
-        picked = alloc.pick(budget, t, resources, ls, rate, weight, 10, **extra)  # type: ignore[arg-type]
+        picked = alloc.pick(budget, t, resources, ls, rate if pool is None else pool(), weight, 10,
+                            **extra)  # type: ignore[arg-type]
         times.append(time.process_time() - t0)
         for r in picked:
             last[r] = t
@@ -71,10 +89,19 @@ def main() -> None:
         p50, p99 = run(args.feeds, args.budget, args.ticks, 0.0, None, args.seed)
         print(f"mean rates only: pick p50 {p50:.1f} ms  p99 {p99:.1f} ms")
         return
+    try:
+        from proxy.core.rates import pooled_rates  # noqa: F401  a version with the pooled rates
+    except ImportError:
+        pooled = False
+    else:
+        pooled = True
     for share in (0.0, args.shaped_share):
         for e in (1.0, 0.0):
             p50, p99 = run(args.feeds, args.budget, args.ticks, share, e, args.seed)
             print(f"{100 * share:.0f}% shaped, e={e:g}: pick p50 {p50:.1f} ms  p99 {p99:.1f} ms")
+        if pooled:
+            p50, p99 = run(args.feeds, args.budget, args.ticks, share, 1.0, args.seed, service=True)
+            print(f"{100 * share:.0f}% shaped, service (pooled rates): pick p50 {p50:.1f} ms  p99 {p99:.1f} ms")
 
 
 if __name__ == "__main__":

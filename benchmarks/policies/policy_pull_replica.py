@@ -1,21 +1,24 @@
 """A fast replica of ``proxy bench live --ping-drop-rate 1.0``: the service's background allocation, no HTTP.
 
-Figures quoted in ``docs/discovery.md`` (section "Background probes": the
-choice of the optimism ``z``). The live bench takes one to four minutes a run
-and moves by a few points between runs of one command; this replays the same
-workload (``proxy.bench.live.trace_workload``) chronon by chronon with what the
+Figures quoted in ``docs/discovery.md`` (section "Background probes"). The
+live bench takes one to four minutes a run and moves by a few points between
+runs of one command; this replays the same workload
+(``proxy.bench.live.trace_workload``) chronon by chronon with what the
 service's loop does in pull-only mode, so allocation variants can be compared
 over many traces in seconds:
 
 - every probe goes to the background (pull-only: no EI is known before the
   probe that finds its update), chosen by ``CaptureExplore`` with the loop's
-  inputs: rates from ``FeedUpdateModels`` (documents and censored probes, in
-  seconds of 0.3 s chronons), made optimistic by the posterior's upper ``z``
-  quantile as ``FeedSlot.learn_rate`` does, the frequencies' trust in them
-  (``level_exponent``: the loop's ``LEVEL_EXPONENT``), and the weights of
-  ``TriggerEvaluator.update_weights`` (a watch rule's worth spread over the
-  feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed), with the
-  AuctionWatch bookkeeping redone here;
+  inputs: each feed's record in ``FeedUpdateModels`` (documents and censored
+  probes, in seconds of 0.3 s chronons, dates in whole seconds as the feed
+  farm serves them, merged within a chronon as the service's models do:
+  ``update_model_settings``), pooled over the waited-for feeds
+  (``pooled_rates``, the loop's ``POOL_STRENGTH`` and ``OPTIMISM_Z``), the
+  models' cycles (``FeedSlot.shape``), the frequencies' trust in the rates
+  (``LEVEL_EXPONENT``) and the explore share (``EXPLORE_SHARE``), and the
+  weights of ``TriggerEvaluator.update_weights`` (a watch rule's worth spread
+  over the feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed),
+  with the AuctionWatch bookkeeping redone here;
 - scored like the live bench (``cei_outcome``) against the plain readers at
   equal probes (``match_probes``);
 - with ``--predicted sup|fbsup`` (section "Predicted EIs"), the loop's
@@ -25,19 +28,21 @@ over many traces in seconds:
   weeks at their real pace (200 chronons of 1.68 h), where the models' prior
   lets predictions come due; at the bench's 0.3 s they never do.
 
-What it leaves out: HTTP timing, probes in flight, the evaluator's exact
-update-time estimate (it dates a found update by its true chronon), and the
-models' cycles (``FeedSlot.shape``: an hour-of-week profile cannot form in a
-run whose "days" last seconds). So its figures are close to the live ones,
-not equal; a choice it suggests must be confirmed live.
+What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
+update-time estimate (it dates a found update by its true chronon). So its
+figures are close to the live ones, not equal; a choice it suggests must be
+confirmed live.
 
-    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 \\
-        --level-exponent 1 --level-exponent 0 TRACE.csv:PROFILES:BUDGET ...
-    .venv/bin/python benchmarks/policies/policy_pull_replica.py --z 2 --chronon-seconds 6048 \\
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py TRACE.csv:PROFILES:BUDGET[:SEED] ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --pool-strength 1 --pool-strength 8 \\
+        --explore 0 --explore 0.2 TRACE.csv:PROFILES:BUDGET ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --chronon-seconds 6048 \\
         --predicted off --predicted sup --predicted fbsup TRACE.csv:PROFILES:BUDGET ...
 
-Each column is one ``(z, level_exponent, predicted)`` choice; the last line of
-the output gives, per column, the worst and the median ratio to the better reader.
+``SEED`` (default 1, the live bench's) draws the workload's profiles. Each
+column is one ``(z, level_exponent, pool strength, explore share, predicted)``
+choice; the last line of the output gives, per column, the worst and the
+median ratio to the better reader.
 """
 
 from __future__ import annotations
@@ -54,10 +59,11 @@ from proxy.bench.live import trace_workload
 from proxy.bench.metrics import ProbeRec, cei_outcome
 from proxy.core.discovery import CaptureExplore
 from proxy.core.model import CEI
-from proxy.core.rates import gamma_upper
+from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
-from proxy.service.loop import LEVEL_EXPONENT
+from proxy.service._feeds import update_model_settings
+from proxy.service.loop import EXPLORE_SHARE, LEVEL_EXPONENT, OPTIMISM_Z, POOL_STRENGTH
 from proxy.service.predicted import Predicted, PredictedProbes
 
 LENGTH = 0.3  # seconds per chronon, as the live bench
@@ -66,17 +72,20 @@ WEEK = 7 * 86_400.0
 CHRONONS, WINDOW, DAYS = 200, 10, 14
 
 
-def replay(path: Path, profiles: int, budget: int, z: float, level_exponent: float = LEVEL_EXPONENT,
+def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_exponent: float = LEVEL_EXPONENT,
            predicted: str = "off", share: float = 1.0, length: float = LENGTH,
-           kinds: frozenset[str] | None = None) -> tuple[float, float, float, int]:
+           kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH, explore: float = EXPLORE_SHARE,
+           seed: int = 1) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
     ``share`` of the budget before the background allocation, as the loop does at 1.
     ``length``: seconds per chronon on the models' clock (the live bench's 0.3 s squeezes
     two weeks into a minute, faster than any model's prior expects updates).
+    ``pool``, ``explore``: the loop's ``POOL_STRENGTH`` and ``EXPLORE_SHARE``; ``seed``: the
+    workload's profiles (the live bench's ``--seed``).
     """
-    bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=1,
+    bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=seed,
                         budget=budget)
     ups = bw.updates
     watches = [tuple(w) for w in bw.watched]
@@ -88,14 +97,20 @@ def replay(path: Path, profiles: int, budget: int, z: float, level_exponent: flo
     for i, w in enumerate(watches):
         for r in w:
             rules_of[r].append(i)
-    models = FeedUpdateModels()
+    models = FeedUpdateModels(update_model_settings(length))
     last: dict[int, int | None] = dict.fromkeys(watched)
     last_at: dict[int, float] = {}
-    rate = dict.fromkeys(watched, 0.0)
-    allocator = CaptureExplore(level_exponent=level_exponent)
+    evidence = dict.fromkeys(watched, (0.0, 0.0))  # FeedSlot.evidence
+    shapes: dict[int, CycleShape | None] = dict.fromkeys(watched)  # FeedSlot.shape
+    allocator = CaptureExplore(epsilon=explore, level_exponent=level_exponent)
     mode = Predicted(predicted)
     planner = (None if mode is Predicted.OFF
                else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
+
+    def dated(u: int) -> float:
+        """When the farm dates update ``u``: published just before its chronon, in whole seconds."""
+        return float(math.floor(ORIGIN + (u - 0.1) * length))
+
     probes: list[ProbeRec] = []
     for t in range(CHRONONS):
         weight: dict[int, float] = defaultdict(float)
@@ -106,15 +121,16 @@ def replay(path: Path, profiles: int, budget: int, z: float, level_exponent: flo
         waits = {r: w for r, w in weight.items() if w > 0}
         first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
         feeds = [r for r in watched if r in waits and r not in first]
-        picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds],
-                                        [rate[r] * length for r in feeds], [waits[r] for r in feeds], WINDOW)
+        rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z)
+        picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
+                                        [waits[r] for r in feeds], WINDOW, shape=[shapes[r] for r in feeds])
         for r in picked:
             probes.append(ProbeRec(r, t, float(t), True))
             at = ORIGIN + t * length
             before = last[r]
             found = [] if before is None else [u for u in ups[r] if before < u <= t]
             if before is not None:
-                models.observe_probe(r, last_at[r], at, len(found), [ORIGIN + (u - 0.1) * length for u in found])
+                models.observe_probe(r, last_at[r], at, len(found), [dated(u) for u in found])
                 for i in rules_of[r] if found else ():
                     if found[0] <= prev[i] or r in covered[i]:
                         continue
@@ -122,14 +138,14 @@ def replay(path: Path, profiles: int, budget: int, z: float, level_exponent: flo
                     covered[i][r] = found[0]
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
-            shown = [ORIGIN + (u - 0.1) * length for u in ups[r] if u <= t][-20:]
-            models.observe_document(r, at, shown)
+            models.observe_document(r, at, [dated(u) for u in ups[r] if u <= t][-20:])
             last[r], last_at[r] = t, at
             if planner is not None:
                 planner.on_probe(r, t, before is not None and bool(found))
-            shape, beta = models.posterior(r)
-            rate[r] = (models.expected_updates(r, at - WEEK, at) / WEEK
-                       * gamma_upper(shape, beta, z) / (shape / beta))
+            evidence[r] = models.evidence(r)  # FeedSlot.learn_rate
+            cycle = models.cycle_profile(r)
+            shapes[r] = None if cycle is None else CycleShape((cycle[0] - ORIGIN) / length, cycle[1] / length,
+                                                              cycle[2])
     live = cei_outcome(bw.workload.ceis, probes).completeness
     remap = {r: i for i, r in enumerate(watched)}
     sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
@@ -150,10 +166,15 @@ def _mode(text: str) -> tuple[str, str, float, frozenset[str] | None]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("traces", nargs="+", help="TRACE.csv:PROFILES:BUDGET (the live bench's options)")
-    parser.add_argument("--z", type=float, action="append", help="optimism quantiles to compare (default 2)")
+    parser.add_argument("traces", nargs="+",
+                        help="TRACE.csv:PROFILES:BUDGET[:SEED] (the live bench's options; SEED draws the profiles)")
+    parser.add_argument("--z", type=float, action="append", help=f"optimism quantiles to compare (default {OPTIMISM_Z:g})")
     parser.add_argument("--level-exponent", type=float, action="append",
-                        help=f"trust in the learnt rates to compare, in [0, 1] (default {LEVEL_EXPONENT:g})")
+                        help=f"trust in the rates to compare, in [0, 1] (default {LEVEL_EXPONENT:g})")
+    parser.add_argument("--pool-strength", type=float, action="append",
+                        help=f"pseudo-updates of the pool's rate to compare (default {POOL_STRENGTH:g})")
+    parser.add_argument("--explore", type=float, action="append",
+                        help=f"stalest-first shares of the budget to compare (default {EXPLORE_SHARE:g})")
     parser.add_argument("--predicted", action="append",
                         help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
                              "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
@@ -162,23 +183,27 @@ def main() -> None:
                              f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
     args = parser.parse_args()
     modes = [_mode(m) for m in args.predicted or ["off"]]
-    columns = [(z, e, *m) for z in (args.z or [2.0])
-               for e in (args.level_exponent or [LEVEL_EXPONENT]) for m in modes]
-    heads = [f"z = {z:g}, e = {e:g}" + ("" if args.predicted is None else f", {text}")
-             for z, e, text, *_ in columns]
+    columns = [(z, e, pool, explore, *m) for z in (args.z or [OPTIMISM_Z])
+               for e in (args.level_exponent or [LEVEL_EXPONENT])
+               for pool in (args.pool_strength or [POOL_STRENGTH])
+               for explore in (args.explore or [EXPLORE_SHARE]) for m in modes]
+    heads = [f"z = {z:g}, e = {e:g}, pool {pool:g}, explore {explore:g}"
+             + ("" if args.predicted is None else f", {text}") for z, e, pool, explore, text, *_ in columns]
     print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(heads) + " |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(columns))
     ratios: list[list[float]] = [[] for _ in columns]
     for spec in args.traces:
-        name, profiles, budget = spec.rsplit(":", 2)
+        name, profiles, budget, *seed = spec.split(":")
         cells = []
         rr = ad = math.nan
-        for k, (z, e, _, mode, share, kinds) in enumerate(columns):
+        for k, (z, e, pool, explore, _, mode, share, kinds) in enumerate(columns):
             live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e, mode, share,
-                                     args.chronon_seconds, kinds)
+                                     args.chronon_seconds, kinds, pool=pool, explore=explore,
+                                     seed=int(seed[0]) if seed else 1)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
-        print(f"| {Path(name).name} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
+        label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
+        print(f"| {label} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
               + " | ".join(cells) + " |")
     print("| worst / median ratio | | | | | "
           + " | ".join(f"{min(r):.2f}× / {statistics.median(r):.2f}×" for r in ratios) + " |")

@@ -370,6 +370,10 @@ class CaptureExplore:
         self._freq: dict[int, float] = {}
         self._freq_at: int | None = None
 
+    def frequency(self, resource: int) -> float:
+        """Probes per chronon the last recomputation gave ``resource`` (0: none, or not seen yet)."""
+        return self._freq.get(resource, 0.0)
+
     def optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> list[float]:
         """``λ⁺``: each rate scaled by its posterior's upper ``z`` quantile over its mean (as is without one)."""
         lam = [max(r, 0.0) for r in rate]

@@ -24,6 +24,9 @@ Implementations here:
 * :class:`CycleShape` — when in its cycle (a week, a day, a digest's period)
   a feed changes, relative to its mean rate: how the background allocation
   reads a seasonal or near-periodic model at the chronons that matter.
+* :func:`pooled_rates` — rates from each feed's evidence (updates over
+  chronons observed), shrunk toward the rate of the feeds compared with it:
+  what the service's background allocation ranks by.
 
 The rich per-feed models of the service (``proxy.rules.update_models``, in
 seconds) are meant to be adapted to these Protocols; this module does not
@@ -38,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 __all__ = [
     "CycleShape",
     "KnownRates",
@@ -47,6 +52,7 @@ __all__ = [
     "UpdatePredictor",
     "expected_arrival",
     "gamma_upper",
+    "pooled_rates",
 ]
 
 
@@ -224,6 +230,45 @@ def gamma_upper(shape: float, rate: float, z: float) -> float:
         raise ValueError("shape and rate must be > 0")
     c = 1.0 - 1.0 / (9.0 * shape) + z / (3.0 * math.sqrt(shape))
     return shape / rate * max(c, 0.0) ** 3
+
+
+def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: float,
+                 z: float = 0.0) -> list[float]:
+    """Each feed's rate per chronon from its evidence, shrunk toward the pool's (empirical Bayes).
+
+    Feed ``i`` saw ``updates[i]`` updates (a censored interval counts as one)
+    in ``exposure[i]`` chronons of complete observation. The pool's rate
+    ``m = (Σ updates + 1) / (Σ exposure + 1)`` (the one keeps it positive and
+    finite before anything is seen) is every feed's prior mean, worth
+    ``strength`` pseudo-updates: feed ``i``'s posterior is
+    ``Gamma(strength + updates[i], strength / m + exposure[i])``, and the
+    answer is its upper ``z`` quantile (:func:`gamma_upper`; ``z = 0`` about
+    the median, ``z > 0`` optimistic about a feed seen little). A feed with no
+    evidence gets the pool's rate, one with many updates its own
+    ``updates / exposure``.
+
+    Why the pool rather than a fixed prior: the prior must be on the scale of
+    the feeds compared, whatever the chronon's length (the update models'
+    default prior, one update per 6 h, is 36,000 chronons of the bench's 0.3 s:
+    every feed then looked alike). Vectorised (numpy): cheap at every tick
+    for every watched feed. Pure; ranks nothing (the allocation does).
+    """
+    n = np.asarray(updates, dtype=np.float64)
+    t = np.asarray(exposure, dtype=np.float64)
+    if n.shape != t.shape or n.ndim != 1:
+        raise ValueError("updates and exposure must be sequences of the same length")
+    if not (strength > 0 and math.isfinite(strength)) or not math.isfinite(z):
+        raise ValueError(f"strength must be finite and > 0 and z finite (got {strength}, {z})")
+    if not (np.isfinite(n).all() and np.isfinite(t).all()) or (n < 0).any() or (t < 0).any():
+        raise ValueError("updates and exposure must be finite and >= 0")
+    if n.size == 0:
+        return []
+    pool = (float(n.sum()) + 1.0) / (float(t.sum()) + 1.0)
+    shape = strength + n
+    rate = strength / pool + t
+    # gamma_upper, vectorised (Wilson–Hilferty).
+    c = np.maximum(1.0 - 1.0 / (9.0 * shape) + z / (3.0 * np.sqrt(shape)), 0.0)
+    return [float(x) for x in shape / rate * c**3]
 
 
 @dataclass(frozen=True, slots=True)

@@ -565,6 +565,19 @@ class FeedUpdateModels:
             return alpha, beta
         return alpha + len(f.updates) + len(f.censored), beta + f.exposure
 
+    def evidence(self, feed: FeedKey) -> tuple[float, float]:
+        """What the feed's record holds: ``(updates, covered seconds)``, the data behind :meth:`posterior`.
+
+        Recorded updates plus censored intervals (each at least one update),
+        and the seconds of complete observation; ``(0, 0)`` for an unknown
+        feed. No prior: for a caller that pools feeds on its own scale (the
+        background allocation, ``proxy.core.rates.pooled_rates``). Cheap.
+        """
+        f = self._feeds.get(feed)
+        if f is None:
+            return 0.0, 0.0
+        return float(len(f.updates) + len(f.censored)), f.exposure
+
     def trusts_pings(self, feed: FeedKey) -> bool:
         """Whether ``feed``'s pings teach the model on their own (see :meth:`observe_ping`)."""
         f = self._feeds.get(feed)

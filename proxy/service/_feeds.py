@@ -5,19 +5,27 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from proxy.core.rates import CycleShape, gamma_upper
+from proxy.core.rates import CycleShape
 from proxy.feeds import FeedState
-from proxy.rules import FeedUpdateModels
+from proxy.rules import FeedUpdateModels, UpdateModelSettings
 from proxy.service.clock import ChrononClock
 from proxy.store import Feed
 
-WEEK = 7 * 86_400.0  # seconds over which a feed's mean rate is read for the background ranking
-OPTIMISM_Z = 2.0
-"""How optimistic the background allocation is about rates it knows little of: the upper
-``z`` quantile of each feed's Gamma posterior over its mean (UCB, Auer et al. 2002).
-Against z = 1 (the simulator's default) it took the live bench's real trace from 58.6 to
-72.3 % pull-only; in the bench's replica over 11 traces it wins on 6, ties on 1 and loses
-on 4 small ones within their noise (docs/discovery.md)."""
+WEEK = 7 * 86_400.0  # seconds over which a feed's mean rate is read
+
+
+def update_model_settings(chronon_seconds: float) -> UpdateModelSettings:
+    """The update models' defaults, with dates merged within at most one chronon.
+
+    The models count two dates closer than ``merge_window`` (60 s) as one
+    change, because a scheduler with minute chronons cannot tell them apart.
+    With shorter chronons it can: the live bench's 0.3 s chronons replay two
+    weeks in a minute, and a 60 s merge made every feed's whole run one update,
+    so the background allocation ranked feeds on nothing (docs/discovery.md,
+    "Rates the allocation can use"). Minute chronons and longer are unchanged.
+    """
+    default = UpdateModelSettings()
+    return UpdateModelSettings(merge_window=min(default.merge_window, chronon_seconds))
 
 
 @dataclass(slots=True)
@@ -38,21 +46,21 @@ class FeedSlot:
     """When that probe started (POSIX seconds), for the update model."""
     mean_rate: float = 0.0
     """Updates per second the model expects over the last week, refreshed at each probe, at
-    each ping the model learns from, and after a restart: the background ranking's rate."""
+    each ping the model learns from, and after a restart."""
 
-    optimism: float = 1.0
-    """The factor from :attr:`mean_rate` to the optimistic rate the background allocation uses:
-    the posterior's upper ``OPTIMISM_Z`` quantile over its mean, large for a feed seen little."""
+    evidence: tuple[float, float] = (0.0, 0.0)
+    """The model's record, ``(updates, covered seconds)`` (``FeedUpdateModels.evidence``),
+    refreshed with :attr:`mean_rate`: what the background allocation pools its rates from
+    (``proxy.core.rates.pooled_rates``)."""
 
     shape: CycleShape | None = None
     """When in its cycle the feed changes, in chronons (``None``: homogeneous, a Poisson model):
     the background allocation reads a seasonal or near-periodic feed at the chronons that matter."""
 
     def learn_rate(self, models: FeedUpdateModels, at: float, clock: ChrononClock) -> None:
-        """Read :attr:`mean_rate`, :attr:`optimism` and :attr:`shape` from the feed's update model at ``at`` (POSIX seconds)."""
+        """Read :attr:`mean_rate`, :attr:`evidence` and :attr:`shape` from the feed's update model at ``at`` (POSIX seconds)."""
         self.mean_rate = models.expected_updates(self.resource, at - WEEK, at) / WEEK
-        shape, rate = models.posterior(self.resource)
-        self.optimism = gamma_upper(shape, rate, OPTIMISM_Z) / (shape / rate)
+        self.evidence = models.evidence(self.resource)
         cycle = models.cycle_profile(self.resource)
         if cycle is None:
             self.shape = None

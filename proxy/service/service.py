@@ -86,7 +86,7 @@ from proxy.rules import (
 from proxy.rules.ports import ChrononMapping
 from proxy.rules.schemas import NotifySpec
 from proxy.service import health
-from proxy.service._feeds import FeedTable
+from proxy.service._feeds import FeedTable, update_model_settings
 from proxy.service._host import LoopHost
 from proxy.service._persist import Step, Writer
 from proxy.service._ratelimit import TokenBuckets
@@ -434,7 +434,8 @@ class ProxyService:
         self._clock = clock = await self._load_clock(store)
         # The outbox's documents give windows as wall times too.
         store.chronon_start = loop_store.chronon_start = clock.start_of
-        runtime = Runtime(clock, models=FeedUpdateModels(self._update_model_settings))
+        runtime = Runtime(clock, models=FeedUpdateModels(self._update_model_settings
+                                                         or update_model_settings(clock.length)))
         leader = self._leader
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved_elsewhere, fence=lease, max_batches=s.write_buffer_batches,
@@ -639,9 +640,9 @@ class ProxyService:
             # Learnt state only: start learning afresh rather than refuse to start.
             log.warning("update_models_not_restored", reason=str(exc))
             return
-        # The background ranking reads each feed's rate from its slot: without this, every
-        # feed would rank at rate 0 until its next probe, and the spare budget would go
-        # only to exploration for the first hundreds of chronons after a restart.
+        # The background ranking reads each feed's evidence from its slot: without this, every
+        # feed would look unseen until its next probe, and the spare budget would go by the
+        # rules' weights alone for the first hundreds of chronons after a restart.
         at = self.clock.now().timestamp()
         for slot in runtime.feeds.by_id.values():
             slot.learn_rate(runtime.models, at, self.clock)
