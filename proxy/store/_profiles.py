@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -89,29 +90,47 @@ class ProfilesAndCeis(Outbox):
         targets the user did not have yet are created, and returned once with their secrets
         in :attr:`Profile.new_targets`."""
         name = _profile_name(name)
-        now = self._clock()
+        now = self._clock().astimezone(dt.UTC)
+        # Issue 24.4: a create is five statements in one transaction (on SQLite it holds the
+        # write lock the chronon loop's writer needs): no reload of what it just wrote, no
+        # user lookup unless the insert is refused, one INSERT for all the rules.
+        try:
+            async with self._tx() as conn:
+                await self._check_feeds(conn, rules, user_id)
+                try:
+                    profile_id = (
+                        await conn.execute(
+                            insert(ProfileRow)
+                            .values(user_id=user_id, name=name, created_at=now, updated_at=now,
+                                    notify=notify_spec)
+                            .returning(ProfileRow.id)
+                        )
+                    ).scalar_one()
+                except IntegrityError:
+                    raise ConflictError(f"you already have a profile named {name!r}") from None
+                rule_ids = await self._insert_rules(conn, profile_id, rules, {})
+                created = await self._link_targets(
+                    conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)),
+                    fresh=True)
+        except ConflictError:
+            # The insert is refused for a taken name and for an unknown user (the foreign key):
+            # which one is asked only now, off the path every create takes.
+            if not await self._user_exists(user_id):
+                raise NotFoundError("user", user_id) from None
+            raise
+        return Profile(
+            id=profile_id, user_id=user_id, name=name, created_at=now, updated_at=now,
+            rules=tuple(
+                Rule(id=rule_id, profile_id=profile_id, name=rule.name, position=position,
+                     spec=_as_stored(rule.spec), state=None, feed_ids=tuple(sorted(set(rule.feed_ids))))
+                for position, (rule_id, rule) in enumerate(zip(rule_ids, rules, strict=True))
+            ),
+            notify=_as_stored(notify_spec), new_targets=created,
+        )
+
+    async def _user_exists(self, user_id: int) -> bool:
         async with self._tx() as conn:
-            if (
-                await conn.execute(select(UserRow.id).where(UserRow.id == user_id))
-            ).first() is None:
-                raise NotFoundError("user", user_id)
-            await self._check_feeds(conn, rules, user_id)
-            try:
-                profile_id = (
-                    await conn.execute(
-                        insert(ProfileRow)
-                        .values(user_id=user_id, name=name, created_at=now, updated_at=now,
-                                notify=notify_spec)
-                        .returning(ProfileRow.id)
-                    )
-                ).scalar_one()
-            except IntegrityError:
-                raise ConflictError(f"you already have a profile named {name!r}") from None
-            rule_ids = await self._insert_rules(conn, profile_id, rules, {})
-            created = await self._link_targets(
-                conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
-            profile = await self._load_profile(conn, user_id, profile_id)
-            return replace(profile, new_targets=created)
+            return (await conn.execute(select(UserRow.id).where(UserRow.id == user_id))).first() is not None
 
     async def replace_profile(
         self,
@@ -253,29 +272,24 @@ class ProfilesAndCeis(Outbox):
         rules: Sequence[RuleInput],
         kept_state: dict[tuple[str, str], Any],
     ) -> list[int]:
-        ids = []
         for position, rule in enumerate(rules):
             if not rule.name.strip() or len(rule.name) > 200:
                 raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
-            rule_id = (
-                await conn.execute(
-                    insert(RuleRow)
-                    .values(
-                        profile_id=profile_id,
-                        name=rule.name,
-                        position=position,
-                        spec=rule.spec,
-                        state=kept_state.get((rule.name, _state_key(rule.spec))),
-                    )
-                    .returning(RuleRow.id)
-                )
-            ).scalar_one()
-            ids.append(rule_id)
-            feed_ids = sorted(set(rule.feed_ids))
-            if feed_ids:
-                await conn.execute(
-                    insert(RuleFeedRow), [{"rule_id": rule_id, "feed_id": f} for f in feed_ids]
-                )
+        if not rules:
+            return []
+        # One statement for all the rules, their ids returned in the rules' order.
+        ids = list((
+            await conn.execute(
+                insert(RuleRow).returning(RuleRow.id, sort_by_parameter_order=True),
+                [{"profile_id": profile_id, "name": rule.name, "position": position,
+                  "spec": rule.spec, "state": kept_state.get((rule.name, _state_key(rule.spec)))}
+                 for position, rule in enumerate(rules)],
+            )
+        ).scalars())
+        links = [{"rule_id": rule_id, "feed_id": f}
+                 for rule_id, rule in zip(ids, rules, strict=True) for f in sorted(set(rule.feed_ids))]
+        if links:
+            await conn.execute(insert(RuleFeedRow), links)
         return ids
 
     async def _owned_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> None:
@@ -798,6 +812,11 @@ class ProfilesAndCeis(Outbox):
             )
             for row in cei_rows
         ]
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` as a JSON column gives it back (what a reload of the row would read)."""
+    return None if value is None else json.loads(json.dumps(value))
 
 
 def _state_key(spec: Any) -> str:
