@@ -89,6 +89,7 @@ from proxy.service import health
 from proxy.service._feeds import FeedTable
 from proxy.service._host import LoopHost
 from proxy.service._persist import Step, Writer
+from proxy.service._profile_changes import ProfileChanged, ProfileChanges
 from proxy.service._ratelimit import TokenBuckets
 from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
@@ -249,9 +250,10 @@ class ProxyService:
         # Pings per feed (issue 24.6): every user who registered a feed knows a token for it, and
         # each accepted ping may open CEIs that spend the shared budget.
         self._ping_buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
-        # Bumped by every change of a user's profiles: the API's cached listings key on it, so
-        # a client reads its own writes at once (proxy/api/_cache.py).
-        self._profile_versions: dict[int, int] = {}
+        #: Every change of a user's profiles by this process, announced once stored: the API's
+        #: listing pages are amended with them and its summaries key on their version, so a
+        #: client reads its own writes at once (proxy/api/_cache.py).
+        self.profile_changes = ProfileChanges()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -846,35 +848,45 @@ class ProxyService:
 
     async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
         """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
+        changes = self.profile_changes
         if self._replica:
             await self._check(user_id, spec)
-            profile = await self.store.create_profile(
-                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            async with changes.changing(user_id):
+                profile = await self.store.create_profile(
+                    user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+                changes.announce(ProfileChanged(user_id, "created", profile.id, profile))
             await self._forward(Change("profile", profile.id, user_id))
             return profile
         self._require_leader()
         await self._check(user_id, spec)
-        # Stored first, by the API's own store and with no lock: new rows that no write round
-        # touches (its rules have no CEI yet), so creates do not queue behind the loop's
-        # writer nor each other (issue 24.4). Then the loop's thread installs it.
-        profile = await self.store.create_profile(
-            user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
-        try:
-            await self.host.call(self._install, profile)
-        except Exception:
-            await self.store.delete_profile(user_id, profile.id)
-            raise
-        self._profiles_changed(user_id)
+        async with changes.changing(user_id):
+            # Stored first, by the API's own store and with no lock: new rows that no write
+            # round touches (its rules have no CEI yet), so creates do not queue behind the
+            # loop's writer nor each other (issue 24.4). Then the loop's thread installs it.
+            profile = await self.store.create_profile(
+                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            try:
+                await self.host.call(self._install, profile)
+            except Exception:
+                try:
+                    await self.store.delete_profile(user_id, profile.id)
+                finally:  # gone again, or (the delete failed) listed as the database has it
+                    changes.announce(ProfileChanged(user_id, "deleted", profile.id))
+                raise
+            changes.announce(ProfileChanged(user_id, "created", profile.id, profile))
         log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
     async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
         """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
+        changes = self.profile_changes
         if self._replica:
             await self.store.get_profile(user_id, profile_id)
             await self._check(user_id, spec)
-            profile = await self.store.replace_profile(
-                user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            async with changes.changing(user_id):
+                profile = await self.store.replace_profile(
+                    user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+                changes.announce(ProfileChanged(user_id, "replaced", profile.id, profile))
             await self._forward(Change("profile", profile.id, user_id))
             return profile
         self._require_leader()
@@ -892,17 +904,15 @@ class ProxyService:
                 self._install(profile)
             return profile
 
-        profile = await self.host.run(replace())
-        self._profiles_changed(user_id)
+        async with changes.changing(user_id):
+            profile = await self.host.run(replace())
+            changes.announce(ProfileChanged(user_id, "replaced", profile.id, profile))
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
     def profiles_version(self, user_id: int) -> int:
         """A number that changes whenever this process changes the user's profiles."""
-        return self._profile_versions.get(user_id, 0)
-
-    def _profiles_changed(self, user_id: int) -> None:
-        self._profile_versions[user_id] = self._profile_versions.get(user_id, 0) + 1
+        return self.profile_changes.version(user_id)
 
     async def _check(self, user_id: int, spec: ProfileSpec) -> None:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
@@ -927,8 +937,11 @@ class ProxyService:
             await check_targets(targets, policy, SystemResolver())
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        changes = self.profile_changes
         if self._replica:
-            await self.store.delete_profile(user_id, profile_id)
+            async with changes.changing(user_id):
+                await self.store.delete_profile(user_id, profile_id)
+                changes.announce(ProfileChanged(user_id, "deleted", profile_id))
             await self._forward(Change("profile_deleted", profile_id, user_id))
             return
         self._require_leader()
@@ -938,8 +951,9 @@ class ProxyService:
                 await self.loop_store.delete_profile(user_id, profile_id)
                 self._uninstall(profile_id)
 
-        await self.host.run(delete())
-        self._profiles_changed(user_id)
+        async with changes.changing(user_id):
+            await self.host.run(delete())
+            changes.announce(ProfileChanged(user_id, "deleted", profile_id))
         log.info("profile_deleted", profile=profile_id, user=user_id)
 
     # ------------------------------------------------------------------ replicas (issue 21)
