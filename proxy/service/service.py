@@ -860,19 +860,20 @@ class ProxyService:
         self._require_leader()
         await self._check(user_id, spec)
         async with changes.changing(user_id):
-            # Stored first, by the API's own store and with no lock: new rows that no write
-            # round touches (its rules have no CEI yet), so creates do not queue behind the
-            # loop's writer nor each other (issue 24.4). Then the loop's thread installs it.
-            profile = await self.store.create_profile(
-                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
-            try:
-                await self.host.call(self._install, profile)
-            except Exception:
+            if self.store.engine.dialect.name == "sqlite":
+                profile = await self.host.run(self._create_in_turn(user_id, spec))
+            else:
+                # PostgreSQL: stored first, by the API's own store and with no lock: new rows
+                # that no write round touches (its rules have no CEI yet), so creates do not
+                # queue behind the loop's writer nor each other (issue 24.4). Then the loop's
+                # thread installs it.
+                profile = await self.store.create_profile(
+                    user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
                 try:
+                    await self.host.call(self._install, profile)
+                except Exception:
                     await self.store.delete_profile(user_id, profile.id)
-                finally:  # gone again, or (the delete failed) listed as the database has it
-                    changes.announce(ProfileChanged(user_id, "deleted", profile.id))
-                raise
+                    raise
             changes.announce(ProfileChanged(user_id, "created", profile.id, profile))
         log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
@@ -908,6 +909,25 @@ class ProxyService:
             profile = await self.host.run(replace())
             changes.announce(ProfileChanged(user_id, "replaced", profile.id, profile))
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
+        return profile
+
+    async def _create_in_turn(self, user_id: int, spec: ProfileSpec) -> Profile:
+        """Store and install a profile on the loop's thread, under the writer's lock (SQLite).
+
+        SQLite takes one writer at a time: the others poll for its lock, sleeping longer
+        each time they find it taken. Creates on the API's store polled against the loop's
+        write rounds and against each other, and each of their statements waited its turn
+        on the API's busy event loop while holding the lock (mixed phase: a create's p99
+        555 ms, a write round's 542 ms). Here creates and rounds take turns in order, and
+        a create's four statements run on the loop's quieter event loop."""
+        async with self._lock:
+            profile = await self.loop_store.create_profile(
+                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            try:
+                self._install(profile)
+            except Exception:
+                await self.loop_store.delete_profile(user_id, profile.id)
+                raise
         return profile
 
     def profiles_version(self, user_id: int) -> int:
