@@ -18,8 +18,10 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy import cast as cast_
@@ -91,12 +93,12 @@ class ProfilesAndCeis(Outbox):
         in :attr:`Profile.new_targets`."""
         name = _profile_name(name)
         now = self._clock().astimezone(dt.UTC)
-        # Issue 24.4: a create is five statements in one transaction (on SQLite it holds the
+        # Issue 24.4: a create is three statements in one transaction (on SQLite it holds the
         # write lock the chronon loop's writer needs): no reload of what it just wrote, no
-        # user lookup unless the insert is refused, one INSERT for all the rules.
+        # user lookup unless the insert is refused, one INSERT for all the rules, and the
+        # rules' feeds linked from the user's registrations (the check and the links at once).
         try:
             async with self._tx() as conn:
-                await self._check_feeds(conn, rules, user_id)
                 try:
                     profile_id = (
                         await conn.execute(
@@ -108,7 +110,7 @@ class ProfilesAndCeis(Outbox):
                     ).scalar_one()
                 except IntegrityError:
                     raise ConflictError(f"you already have a profile named {name!r}") from None
-                rule_ids = await self._insert_rules(conn, profile_id, rules, {})
+                rule_ids = await self._insert_rules(conn, profile_id, rules, {}, user_id)
                 created = await self._link_targets(
                     conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)),
                     fresh=True)
@@ -148,7 +150,6 @@ class ProfilesAndCeis(Outbox):
         name = _profile_name(name)
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
-            await self._check_feeds(conn, rules, user_id)
             old = (
                 await conn.execute(
                     select(RuleRow.name, RuleRow.spec, RuleRow.state).where(
@@ -166,7 +167,7 @@ class ProfilesAndCeis(Outbox):
                 )
             except IntegrityError:
                 raise ConflictError(f"you already have a profile named {name!r}") from None
-            rule_ids = await self._insert_rules(conn, profile_id, rules, kept_state)
+            rule_ids = await self._insert_rules(conn, profile_id, rules, kept_state, user_id)
             created = await self._link_targets(
                 conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
             profile = await self._load_profile(conn, user_id, profile_id)
@@ -271,7 +272,10 @@ class ProfilesAndCeis(Outbox):
         profile_id: int,
         rules: Sequence[RuleInput],
         kept_state: dict[tuple[str, str], Any],
+        user_id: int,
     ) -> list[int]:
+        """Insert the rules (in order) and link each to the feeds it reads, which must be
+        feeds ``user_id`` registered: :class:`FeedNotFoundError` names the first other one."""
         for position, rule in enumerate(rules):
             if not rule.name.strip() or len(rule.name) > 200:
                 raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
@@ -286,10 +290,21 @@ class ProfilesAndCeis(Outbox):
                  for position, rule in enumerate(rules)],
             )
         ).scalars())
-        links = [{"rule_id": rule_id, "feed_id": f}
-                 for rule_id, rule in zip(ids, rules, strict=True) for f in sorted(set(rule.feed_ids))]
-        if links:
-            await conn.execute(insert(RuleFeedRow), links)
+        # Issue 22: a rule may read only its owner's feeds. The links are copied from the
+        # user's registrations, so a feed the user did not register is a link missing.
+        wanted = [(rule_id, sorted(set(rule.feed_ids))) for rule_id, rule in zip(ids, rules, strict=True)]
+        reads = [
+            select(literal(rule_id, BigInteger), FeedRegistrationRow.feed_id).where(
+                FeedRegistrationRow.user_id == user_id, _among(conn, FeedRegistrationRow.feed_id, feeds))
+            for rule_id, feeds in wanted if feeds
+        ]
+        if reads:
+            linked = await conn.execute(
+                insert(RuleFeedRow).from_select(
+                    ["rule_id", "feed_id"], reads[0] if len(reads) == 1 else union_all(*reads)))
+            if linked.rowcount != sum(len(feeds) for _, feeds in wanted):
+                await self._check_feeds(conn, rules, user_id)  # raises, naming the feed
+                raise AssertionError("rule feeds: links missing, yet every feed is registered")
         return ids
 
     async def _owned_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> None:
