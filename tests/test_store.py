@@ -23,6 +23,7 @@ from proxy.store import (
     FeedUpdate,
     NewEi,
     NewEntry,
+    NewProfile,
     ProbeInput,
     RuleInput,
     Store,
@@ -433,6 +434,30 @@ async def test_a_refused_create_leaves_nothing_stored(store: Store) -> None:
     with pytest.raises(NotFoundError, match="user"):
         await store.create_profile(4242, "taken", [])
     assert await _row_counts(store) == before
+
+
+async def test_profiles_created_together_are_all_stored_or_none(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    fa = await _registered(store, alice, "http://example.com/a")
+    fb = await _registered(store, bob, "http://example.com/b")
+    batch = [NewProfile(alice, f"a{i}", (RuleInput("r", {"i": i}, (fa.id,)), RuleInput("s", {}))) for i in range(3)]
+    batch.insert(1, NewProfile(bob, "b", (RuleInput("r", {}, (fb.id,)),)))
+    created = await store.create_profiles(batch)
+    assert [(p.user_id, p.name) for p in created] == [(p.user_id, p.name) for p in batch]
+    for profile in created:
+        assert await store.get_profile(profile.user_id, profile.id) == profile
+    before = await _row_counts(store)
+    refused = [
+        [NewProfile(alice, "new"), NewProfile(bob, "b")],  # bob's name is taken
+        # Alice may not read bob's feed, whatever else the batch holds.
+        [NewProfile(bob, "b2", (RuleInput("r", {}, (fb.id,)),)),
+         NewProfile(alice, "a9", (RuleInput("r", {}, (fa.id, fb.id)),))],
+    ]
+    for new in refused:
+        with pytest.raises((ConflictError, FeedNotFoundError)):
+            await store.create_profiles(new)
+        assert await _row_counts(store) == before
 
 
 async def test_replace_profile_keeps_state_of_unchanged_rules_only(store: Store) -> None:

@@ -105,6 +105,7 @@ from proxy.store import (
     Delivery,
     Feed,
     Lease,
+    NewProfile,
     NotificationEvent,
     NotifyTarget,
     Profile,
@@ -254,6 +255,8 @@ class ProxyService:
         #: listing pages are amended with them and its summaries key on their version, so a
         #: client reads its own writes at once (proxy/api/_cache.py).
         self.profile_changes = ProfileChanges()
+        #: SQLite creates waiting for the writer's lock (:meth:`_create_in_turn`); loop's thread.
+        self._queued_creates: list[tuple[NewProfile, asyncio.Future[Profile]]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -861,7 +864,9 @@ class ProxyService:
         await self._check(user_id, spec)
         async with changes.changing(user_id):
             if self.store.engine.dialect.name == "sqlite":
-                profile = await self.host.run(self._create_in_turn(user_id, spec))
+                new = NewProfile(user_id, spec.name, tuple(_rule_inputs(spec)),
+                                 *_profile_notify(spec))
+                profile = await self.host.run(self._create_in_turn(new))
             else:
                 # PostgreSQL: stored first, by the API's own store and with no lock: new rows
                 # that no write round touches (its rules have no CEI yet), so creates do not
@@ -911,7 +916,7 @@ class ProxyService:
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
-    async def _create_in_turn(self, user_id: int, spec: ProfileSpec) -> Profile:
+    async def _create_in_turn(self, new: NewProfile) -> Profile:
         """Store and install a profile on the loop's thread, under the writer's lock (SQLite).
 
         SQLite takes one writer at a time: the others poll for its lock, sleeping longer
@@ -919,16 +924,48 @@ class ProxyService:
         write rounds and against each other, and each of their statements waited its turn
         on the API's busy event loop while holding the lock (mixed phase: a create's p99
         555 ms, a write round's 542 ms). Here creates and rounds take turns in order, and
-        a create's four statements run on the loop's quieter event loop."""
-        async with self._lock:
-            profile = await self.loop_store.create_profile(
-                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+        the first create to get the lock stores every create queued by then in one
+        transaction of three statements (:meth:`Store.create_profiles`)."""
+        mine: asyncio.Future[Profile] = asyncio.get_running_loop().create_future()
+        self._queued_creates.append((new, mine))
+        try:
+            async with self._lock:
+                if not mine.done():
+                    batch, self._queued_creates = self._queued_creates, []
+                    await self._create_batch(batch)
+        except asyncio.CancelledError:
+            self._queued_creates = [(n, f) for n, f in self._queued_creates if f is not mine]
+            raise
+        return mine.result()
+
+    async def _create_batch(self, batch: list[tuple[NewProfile, asyncio.Future[Profile]]]) -> None:
+        """Store the profiles in one transaction, install them, and answer each create; if
+        one is refused, each on its own (to tell which). Every create is answered."""
+        try:
             try:
-                self._install(profile)
-            except Exception:
-                await self.loop_store.delete_profile(user_id, profile.id)
-                raise
-        return profile
+                profiles = await self.loop_store.create_profiles([new for new, _ in batch])
+            except Exception as error:
+                if len(batch) == 1:
+                    batch[0][1].set_exception(error)
+                else:
+                    for item in batch:
+                        await self._create_batch([item])
+                return
+            for (new, done), profile in zip(batch, profiles, strict=True):
+                try:
+                    self._install(profile)
+                except Exception as error:  # stored, not installed: not created after all
+                    done.set_exception(error)
+                    try:
+                        await self.loop_store.delete_profile(new.user_id, profile.id)
+                    except Exception:
+                        log.exception("profile_not_removed", profile=profile.id, user=new.user_id)
+                else:
+                    done.set_result(profile)
+        finally:
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(StorageError("the create was interrupted", unavailable=True))
 
     def profiles_version(self, user_id: int) -> int:
         """A number that changes whenever this process changes the user's profiles."""

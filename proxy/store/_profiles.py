@@ -64,6 +64,7 @@ from proxy.store._types import (
     CeiStateChange,
     Ei,
     NewEi,
+    NewProfile,
     Profile,
     Rule,
     RuleInput,
@@ -91,44 +92,66 @@ class ProfilesAndCeis(Outbox):
         ``notify``: the profile's default notify targets (``notify_spec``: as submitted, JSON);
         targets the user did not have yet are created, and returned once with their secrets
         in :attr:`Profile.new_targets`."""
-        name = _profile_name(name)
+        new = NewProfile(user_id, name, tuple(rules), None if notify is None else tuple(notify),
+                         notify_spec)
+        return (await self.create_profiles([new]))[0]
+
+    async def create_profiles(self, new: Sequence[NewProfile]) -> list[Profile]:
+        """Create profiles (each as :meth:`create_profile` does) in ONE transaction: all of
+        them, or none if one is refused (with one of :meth:`create_profile`'s errors; which
+        profile it was is :meth:`create_profile`'s to tell, one by one).
+
+        Issue 24.4: three statements whatever the number of profiles (on SQLite they hold
+        the write lock the chronon loop's writer needs): no reload of what was just written,
+        no user lookup unless the insert is refused, one INSERT for all the profiles and one
+        for all their rules, and the rules' feeds linked from the users' registrations (the
+        check that they are the user's and the links at once)."""
+        if not new:
+            return []
+        names = [_profile_name(p.name) for p in new]
+        for p in new:
+            _check_rule_names(p.rules)
         now = self._clock().astimezone(dt.UTC)
-        # Issue 24.4: a create is three statements in one transaction (on SQLite it holds the
-        # write lock the chronon loop's writer needs): no reload of what it just wrote, no
-        # user lookup unless the insert is refused, one INSERT for all the rules, and the
-        # rules' feeds linked from the user's registrations (the check and the links at once).
         try:
             async with self._tx() as conn:
                 try:
-                    profile_id = (
+                    ids = list((
                         await conn.execute(
-                            insert(ProfileRow)
-                            .values(user_id=user_id, name=name, created_at=now, updated_at=now,
-                                    notify=notify_spec)
-                            .returning(ProfileRow.id)
+                            insert(ProfileRow).returning(ProfileRow.id, sort_by_parameter_order=True),
+                            [{"user_id": p.user_id, "name": name, "created_at": now, "updated_at": now,
+                              "notify": p.notify_spec} for p, name in zip(new, names, strict=True)],
                         )
-                    ).scalar_one()
+                    ).scalars())
                 except IntegrityError:
-                    raise ConflictError(f"you already have a profile named {name!r}") from None
-                rule_ids = await self._insert_rules(conn, profile_id, rules, {}, user_id)
-                created = await self._link_targets(
-                    conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)),
-                    fresh=True)
+                    taken = f"you already have a profile named {names[0]!r}" if len(new) == 1 \
+                        else "one of the profiles' names is taken"
+                    raise ConflictError(taken) from None
+                rule_ids = await self._insert_rules(
+                    conn, [(profile_id, p.user_id, p.rules, {}) for profile_id, p in zip(ids, new, strict=True)])
+                created = [
+                    await self._link_targets(conn, p.user_id, profile_id, p.notify,
+                                             list(zip(rules, p.rules, strict=True)), fresh=True)
+                    for profile_id, p, rules in zip(ids, new, rule_ids, strict=True)
+                ]
         except ConflictError:
             # The insert is refused for a taken name and for an unknown user (the foreign key):
             # which one is asked only now, off the path every create takes.
-            if not await self._user_exists(user_id):
-                raise NotFoundError("user", user_id) from None
+            if len(new) == 1 and not await self._user_exists(new[0].user_id):
+                raise NotFoundError("user", new[0].user_id) from None
             raise
-        return Profile(
-            id=profile_id, user_id=user_id, name=name, created_at=now, updated_at=now,
-            rules=tuple(
-                Rule(id=rule_id, profile_id=profile_id, name=rule.name, position=position,
-                     spec=_as_stored(rule.spec), state=None, feed_ids=tuple(sorted(set(rule.feed_ids))))
-                for position, (rule_id, rule) in enumerate(zip(rule_ids, rules, strict=True))
-            ),
-            notify=_as_stored(notify_spec), new_targets=created,
-        )
+        return [
+            Profile(
+                id=profile_id, user_id=p.user_id, name=name, created_at=now, updated_at=now,
+                rules=tuple(
+                    Rule(id=rule_id, profile_id=profile_id, name=rule.name, position=position,
+                         spec=_as_stored(rule.spec), state=None,
+                         feed_ids=tuple(sorted(set(rule.feed_ids))))
+                    for position, (rule_id, rule) in enumerate(zip(rules, p.rules, strict=True))
+                ),
+                notify=_as_stored(p.notify_spec), new_targets=targets,
+            )
+            for profile_id, p, name, rules, targets in zip(ids, new, names, rule_ids, created, strict=True)
+        ]
 
     async def _user_exists(self, user_id: int) -> bool:
         async with self._tx() as conn:
@@ -167,7 +190,7 @@ class ProfilesAndCeis(Outbox):
                 )
             except IntegrityError:
                 raise ConflictError(f"you already have a profile named {name!r}") from None
-            rule_ids = await self._insert_rules(conn, profile_id, rules, kept_state, user_id)
+            (rule_ids,) = await self._insert_rules(conn, [(profile_id, user_id, rules, kept_state)])
             created = await self._link_targets(
                 conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
             profile = await self._load_profile(conn, user_id, profile_id)
@@ -269,43 +292,40 @@ class ProfilesAndCeis(Outbox):
     async def _insert_rules(
         self,
         conn: AsyncConnection,
-        profile_id: int,
-        rules: Sequence[RuleInput],
-        kept_state: dict[tuple[str, str], Any],
-        user_id: int,
-    ) -> list[int]:
-        """Insert the rules (in order) and link each to the feeds it reads, which must be
-        feeds ``user_id`` registered: :class:`FeedNotFoundError` names the first other one."""
-        for position, rule in enumerate(rules):
-            if not rule.name.strip() or len(rule.name) > 200:
-                raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
-        if not rules:
-            return []
-        # One statement for all the rules, their ids returned in the rules' order.
-        ids = list((
-            await conn.execute(
-                insert(RuleRow).returning(RuleRow.id, sort_by_parameter_order=True),
-                [{"profile_id": profile_id, "name": rule.name, "position": position,
-                  "spec": rule.spec, "state": kept_state.get((rule.name, _state_key(rule.spec)))}
-                 for position, rule in enumerate(rules)],
-            )
-        ).scalars())
+        profiles: Sequence[tuple[int, int, Sequence[RuleInput], dict[tuple[str, str], Any]]],
+    ) -> list[list[int]]:
+        """Insert each profile's rules (``(profile id, owner, rules, kept states)``, rules in
+        order) and link each rule to the feeds it reads, which must be feeds the owner
+        registered: :class:`FeedNotFoundError` names the first other one. The rule ids, per
+        profile. One INSERT for all the rules, one for their feeds (per 100 rules)."""
+        for _, _, rules, _ in profiles:
+            _check_rule_names(rules)
+        rows = [{"profile_id": profile_id, "name": rule.name, "position": position, "spec": rule.spec,
+                 "state": kept.get((rule.name, _state_key(rule.spec)))}
+                for profile_id, _, rules, kept in profiles for position, rule in enumerate(rules)]
+        if not rows:
+            return [[] for _ in profiles]
+        # Their ids come back in the rows' order.
+        ids = iter(list((
+            await conn.execute(insert(RuleRow).returning(RuleRow.id, sort_by_parameter_order=True), rows)
+        ).scalars()))
+        out = [[next(ids) for _ in rules] for _, _, rules, _ in profiles]
         # Issue 22: a rule may read only its owner's feeds. The links are copied from the
-        # user's registrations, so a feed the user did not register is a link missing.
-        wanted = [(rule_id, sorted(set(rule.feed_ids))) for rule_id, rule in zip(ids, rules, strict=True)]
-        reads = [
-            select(literal(rule_id, BigInteger), FeedRegistrationRow.feed_id).where(
+        # owner's registrations, so a feed the owner did not register is a link missing.
+        wanted = [(rule_id, user_id, rule, sorted(set(rule.feed_ids)))
+                  for (_, user_id, rules, _), rule_ids in zip(profiles, out, strict=True)
+                  for rule_id, rule in zip(rule_ids, rules, strict=True) if rule.feed_ids]
+        for chunk in _chunks(wanted, 100):  # SQLite: at most 500 SELECTs in a compound one
+            reads = [select(literal(rule_id, BigInteger), FeedRegistrationRow.feed_id).where(
                 FeedRegistrationRow.user_id == user_id, _among(conn, FeedRegistrationRow.feed_id, feeds))
-            for rule_id, feeds in wanted if feeds
-        ]
-        if reads:
-            linked = await conn.execute(
-                insert(RuleFeedRow).from_select(
-                    ["rule_id", "feed_id"], reads[0] if len(reads) == 1 else union_all(*reads)))
-            if linked.rowcount != sum(len(feeds) for _, feeds in wanted):
-                await self._check_feeds(conn, rules, user_id)  # raises, naming the feed
+                for rule_id, user_id, _, feeds in chunk]
+            linked = await conn.execute(insert(RuleFeedRow).from_select(
+                ["rule_id", "feed_id"], reads[0] if len(reads) == 1 else union_all(*reads)))
+            if linked.rowcount != sum(len(feeds) for *_, feeds in chunk):
+                for _, user_id, rule, _ in chunk:
+                    await self._check_feeds(conn, [rule], user_id)  # raises, naming the feed
                 raise AssertionError("rule feeds: links missing, yet every feed is registered")
-        return ids
+        return out
 
     async def _owned_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> None:
         found = (
@@ -827,6 +847,12 @@ class ProfilesAndCeis(Outbox):
             )
             for row in cei_rows
         ]
+
+
+def _check_rule_names(rules: Sequence[RuleInput]) -> None:
+    for position, rule in enumerate(rules):
+        if not rule.name.strip() or len(rule.name) > 200:
+            raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
 
 
 def _as_stored(value: Any) -> Any:
