@@ -49,12 +49,17 @@ async def test_creates_queued_together_each_get_their_own_answer(
 
             monkeypatch.setattr(service.loop_store, "create_profiles", counted)
         names = ["a", "b", "taken", "c", "d"]
-        answers = await asyncio.gather(
-            *(service.create_profile(user, ProfileSpec.model_validate(motivating(*feeds) | {"name": n}))
-              for n in names), return_exceptions=True)
+        async with service._lock:  # a write round in progress: the five creates queue behind it
+            creates = asyncio.gather(
+                *(service.create_profile(user, ProfileSpec.model_validate(motivating(*feeds) | {"name": n}))
+                  for n in names), return_exceptions=True)
+            queued = len(names) if database_url.startswith("sqlite") else 0
+            while len(service._queued_creates) < queued:  # noqa: ASYNC110 -- a count, no event
+                await asyncio.sleep(0.01)
+        answers = await creates
         assert isinstance(answers[2], ConflictError)
-        if batches:  # the first alone, the four queued behind it together, then one by one
-            assert batches == [1, 4, 1, 1, 1, 1]
+        if batches:  # the five together, refused for one, then each on its own
+            assert batches == [5, 1, 1, 1, 1, 1]
         created = [a for a in answers if isinstance(a, Profile)]
         assert sorted(p.name for p in created) == ["a", "b", "c", "d"]
         for profile in created:
