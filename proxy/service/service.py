@@ -12,7 +12,11 @@ evaluator and the feed table change only there. The API's event loop stores
 what users change with its own store, then hands the loop what it must apply
 (:meth:`LoopHost.call`); changes whose transactions could deadlock with the
 writer's rounds (deleting or replacing a profile, deleting a feed) run on the
-loop's thread, under the writer's lock.
+loop's thread, under the writer's lock, and so do profile creates on SQLite
+(one writer at a time: they take turns with the rounds, several at once).
+Every change of a user's profiles is announced once stored
+(:class:`~proxy.service._profile_changes.ProfileChanges`): the API's cached
+listing pages are amended with it, so a client reads its own writes at once.
 
 Start-up (:meth:`ProxyService.start`): migrate (``migrate_on_start``), take the
 chronon loop's lease (:mod:`proxy.service.leader`; one loop per database), and as
