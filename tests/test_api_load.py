@@ -18,7 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from proxy.api._admission import Admission
-from proxy.api._cache import ResponseCache, TtlMap
+from proxy.api._cache import ProfilePages, ResponseCache, TtlMap
 from tests.test_api import Api, _feeds, api  # noqa: F401  (api is a fixture)
 from tests.test_e2e_support import motivating
 
@@ -171,7 +171,7 @@ async def test_a_profile_page_is_computed_once_however_many_clients_poll_it(api:
         assert (await api.client.post("/api/v1/profiles", json=body, headers=api.h())).status_code == 201
     transport = api.client._transport
     assert isinstance(transport, httpx.ASGITransport)
-    cache: ResponseCache = transport.app.state.responses  # type: ignore[attr-defined]
+    cache: ProfilePages = transport.app.state.profile_pages  # type: ignore[attr-defined]
     builds = cache.builds
     pages = await asyncio.gather(*(api.client.get("/api/v1/profiles", params={"limit": 2},
                                                   headers=api.h()) for _ in range(10)))

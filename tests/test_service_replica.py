@@ -67,7 +67,11 @@ async def test_changes_through_a_replica_reach_the_leader(
 
         await eventually(feeds_known, within=20, what="the leader learning the feeds")
 
+        # The replica's own API reads its writes at once: its cached pages and summaries
+        # hear of the change (they key on this version, or are amended by the announcement).
+        version = replica.profiles_version(user)
         profile = await replica.create_profile(user, _spec(a.feed.id, b.feed.id))
+        assert replica.profiles_version(user) == version + 1
 
         async def installed() -> bool:
             return str(profile.id) in leader.runtime.evaluator.profile_ids()
@@ -84,6 +88,7 @@ async def test_changes_through_a_replica_reach_the_leader(
         with pytest.raises(ConflictError):  # a rule still reads it: refused, nothing changes
             await replica.delete_feed(user, b.feed.id)
         await replica.delete_profile(user, profile.id)
+        assert replica.profiles_version(user) == version + 2
 
         async def removed() -> bool:
             return str(profile.id) not in leader.runtime.evaluator.profile_ids()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
@@ -22,9 +23,11 @@ from proxy.store import (
     FeedUpdate,
     NewEi,
     NewEntry,
+    NewProfile,
     ProbeInput,
     RuleInput,
     Store,
+    TargetInput,
 )
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -381,6 +384,80 @@ async def test_rule_reading_unknown_feed_is_refused(store: Store) -> None:
     with pytest.raises(FeedNotFoundError):
         await store.create_profile(alice, "p", [RuleInput("r", {}, (12345,))])
     assert await store.list_profiles(alice) == []
+
+
+async def test_a_created_profile_is_what_a_read_gives_back(store: Store) -> None:
+    # The create builds its answer from what it wrote (no reload): it must be what a read
+    # gives, to the JSON of the specs, the feeds' order and the time zone of the stamps.
+    alice, _ = await store.create_user("alice")
+    f1 = await _registered(store, alice, "http://example.com/1")
+    f2 = await _registered(store, alice, "http://example.com/2")
+    hook = TargetInput("webhook", "https://hooks.example.com/a")
+    profile = await store.create_profile(
+        alice, "  p  ",
+        [RuleInput("first", {"b": [1, 2.5, "é"], "a": {"z": None}}, (f2.id, f1.id, f2.id), (hook,)),
+         RuleInput("second", {"w": True}, (f1.id,))],
+        notify=(hook,), notify_spec=[{"kind": "webhook", "url": hook.url}],
+    )
+    assert len(profile.new_targets) == 1
+    assert replace(profile, new_targets=()) == await store.get_profile(alice, profile.id)
+    assert [p.id for p in await store.list_profiles(alice)] == [profile.id]
+    assert profile.rules[0].feed_ids == tuple(sorted((f1.id, f2.id)))
+    assert profile.created_at.utcoffset() == dt.timedelta(0)
+
+
+async def _row_counts(store: Store) -> dict[str, int]:
+    from sqlalchemy import text
+
+    tables = ("profiles", "rules", "rule_feeds", "notify_targets", "notify_subscriptions")
+    async with store.engine.connect() as conn:
+        return {t: (await conn.execute(text(f"SELECT count(*) FROM {t}"))).scalar_one() for t in tables}
+
+
+async def test_a_refused_create_leaves_nothing_stored(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    feed = await _registered(store, alice, "http://example.com/f")
+    hook = (TargetInput("webhook", "https://hooks.example.com/a"),)
+    await store.create_profile(alice, "taken", [RuleInput("r", {}, (feed.id,))])
+    before = await _row_counts(store)
+    ok = RuleInput("r", {}, (feed.id,))
+    refusals: list[tuple[type[Exception], str, list[RuleInput]]] = [
+        (ConflictError, "taken", [ok]),
+        (FeedNotFoundError, "n", [RuleInput("r", {}, (feed.id, 999_999))]),
+        # Refused after the profile row is written: the rules' check comes second.
+        (ValidationError, "n", [ok, RuleInput(" ", {})]),
+    ]
+    for error, name, rules in refusals:
+        with pytest.raises(error):
+            await store.create_profile(alice, name, rules, notify=hook)
+        assert await _row_counts(store) == before, error
+    with pytest.raises(NotFoundError, match="user"):
+        await store.create_profile(4242, "taken", [])
+    assert await _row_counts(store) == before
+
+
+async def test_profiles_created_together_are_all_stored_or_none(store: Store) -> None:
+    alice, _ = await store.create_user("alice")
+    bob, _ = await store.create_user("bob")
+    fa = await _registered(store, alice, "http://example.com/a")
+    fb = await _registered(store, bob, "http://example.com/b")
+    batch = [NewProfile(alice, f"a{i}", (RuleInput("r", {"i": i}, (fa.id,)), RuleInput("s", {}))) for i in range(3)]
+    batch.insert(1, NewProfile(bob, "b", (RuleInput("r", {}, (fb.id,)),)))
+    created = await store.create_profiles(batch)
+    assert [(p.user_id, p.name) for p in created] == [(p.user_id, p.name) for p in batch]
+    for profile in created:
+        assert await store.get_profile(profile.user_id, profile.id) == profile
+    before = await _row_counts(store)
+    refused = [
+        [NewProfile(alice, "new"), NewProfile(bob, "b")],  # bob's name is taken
+        # Alice may not read bob's feed, whatever else the batch holds.
+        [NewProfile(bob, "b2", (RuleInput("r", {}, (fb.id,)),)),
+         NewProfile(alice, "a9", (RuleInput("r", {}, (fa.id, fb.id)),))],
+    ]
+    for new in refused:
+        with pytest.raises((ConflictError, FeedNotFoundError)):
+            await store.create_profiles(new)
+        assert await _row_counts(store) == before
 
 
 async def test_replace_profile_keeps_state_of_unchanged_rules_only(store: Store) -> None:

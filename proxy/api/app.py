@@ -31,7 +31,7 @@ from fastapi.staticfiles import StaticFiles
 
 from proxy import __version__
 from proxy.api._admission import Admission
-from proxy.api._cache import ResponseCache, TtlMap
+from proxy.api._cache import ProfilePages, ResponseCache, TtlMap
 from proxy.api.deps import READ_TTL_SECONDS, Service
 from proxy.api.limits import BodyLimitMiddleware, refuse_unprintable
 from proxy.api.problems import install_problem_handlers, install_problem_schema, problem_responses
@@ -87,6 +87,8 @@ def make_app(
     app.state.service = the_service
     # Heavy reads and API keys, reused for a second (issue 24.4: the API must not eat the budget).
     app.state.responses = ResponseCache()
+    # Profile listing pages, amended by this process's own changes (issue 24.4).
+    app.state.profile_pages = ProfilePages(the_service.profile_changes)
     app.state.api_keys = TtlMap(READ_TTL_SECONDS)
     install_problem_handlers(app)
     install_problem_schema(app)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from proxy.api._cache import ResponseCache, TtlMap
+from proxy.api._cache import ProfilePages, ResponseCache, TtlMap
 from proxy.errors import AuthError
 from proxy.service import ProxyService
 from proxy.store import ApiKey, hash_api_key
@@ -33,6 +33,14 @@ def get_cache(request: Request) -> ResponseCache:
 
 
 Cache = Annotated[ResponseCache, Depends(get_cache)]
+
+
+def get_pages(request: Request) -> ProfilePages:
+    pages: ProfilePages = request.app.state.profile_pages
+    return pages
+
+
+Pages = Annotated[ProfilePages, Depends(get_pages)]
 
 
 async def get_user_id(

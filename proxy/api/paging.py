@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field
 
 from proxy.errors import ValidationError
 
-__all__ = ["Cursor", "Limit", "Page", "Since", "decode_cursor", "encode_cursor", "page", "parse_since"]
+__all__ = ["Cursor", "Limit", "Page", "Since", "decode_cursor", "encode_cursor", "next_url", "page",
+           "page_params", "parse_since"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -125,6 +126,16 @@ def decode_cursor(text: str | None, name: str, types: tuple[type, ...]) -> list[
     return key
 
 
+def page_params(request: Request) -> list[tuple[str, str]]:
+    """The request's query parameters but its position (``cursor``, ``after``)."""
+    return [(k, v) for k, v in request.query_params.multi_items() if k not in ("cursor", "after")]
+
+
+def next_url(path: str, params: Sequence[tuple[str, str]], param: str, cursor: str) -> str:
+    """The URL of the page after ``cursor``: the same path and parameters, and the cursor."""
+    return f"{path}?{urlencode([*params, (param, cursor)])}"
+
+
 def page(
     rows: Sequence[R],
     out: Callable[[R], T],
@@ -148,9 +159,7 @@ def page(
     cursor = encode_cursor(key) if key is not None and (more or always) else None
     nxt = None
     if cursor is not None:
-        params = [(k, v) for k, v in request.query_params.multi_items() if k not in ("cursor", "after")]
-        params.append((param, cursor))
-        nxt = f"{request.url.path}?{urlencode(params)}"
+        nxt = next_url(request.url.path, page_params(request), param, cursor)
         if more:
             response.headers["Link"] = f'<{nxt}>; rel="next"'
     return Page[T](items=[out(r) for r in rows], total=total, cursor=cursor, next=nxt)

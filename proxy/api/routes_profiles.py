@@ -6,9 +6,18 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
-from proxy.api.deps import READ_TTL_SECONDS, Cache, Service, UserId
+from proxy.api.deps import READ_TTL_SECONDS, Cache, Pages, Service, UserId
 from proxy.api.limits import ProfileId
-from proxy.api.paging import Cursor, Limit, Page, Since, decode_cursor, page, parse_since
+from proxy.api.paging import (
+    Cursor,
+    Limit,
+    Page,
+    Since,
+    decode_cursor,
+    page,
+    page_params,
+    parse_since,
+)
 from proxy.api.problems import problem_responses
 from proxy.api.schemas import (
     CapturedEntryOut,
@@ -18,6 +27,7 @@ from proxy.api.schemas import (
     cei_out,
 )
 from proxy.rules import ProfileSpec
+from proxy.store import Profile
 
 router = APIRouter(prefix="/api/v1", tags=["profiles"])
 
@@ -35,24 +45,22 @@ async def create_profile(body: ProfileSpec, service: Service, user: UserId) -> P
 
 @router.get("/profiles", response_model=Page[ProfileOut])
 async def list_profiles(
-    service: Service, user: UserId, cache: Cache, request: Request,
+    service: Service, user: UserId, pages: Pages, request: Request,
     limit: Limit = 100, cursor: Cursor = None,
 ) -> Response:
-    """Your profiles by id, one page (docs/api.md, "Lists"); a page is computed at most once
-    a second however many clients poll it, and at once after you change your profiles."""
+    """Your profiles by id, one page (docs/api.md, "Lists"); a page is read at most once a
+    second however many clients poll it, and shows your own changes at once."""
     after = decode_cursor(cursor, "cursor", (int,))
+    after_id = after[0] if after else None
 
-    async def build() -> tuple[bytes, str | None]:
-        rows = await service.store.list_profiles(user, limit=limit + 1,
-                                                 after_id=after[0] if after else None)
-        headers = Response()
-        out = page(rows, ProfileOut.of, lambda p: [p.id], request=request, response=headers,
-                   limit=limit, total=await service.store.count_profiles(user))
-        return out.model_dump_json().encode(), headers.headers.get("Link")
+    async def load() -> tuple[list[Profile], int]:
+        rows = await service.store.list_profiles(user, limit=limit + 1, after_id=after_id)
+        return rows, await service.store.count_profiles(user)
 
-    # The query string is part of the key: the page and its `next` link depend on all of it.
-    body, link = await cache.get(("profiles", user, request.url.query),
-                                 service.profiles_version(user), READ_TTL_SECONDS, build)
+    # The query string is the key: the page and its `next` link depend on all of it.
+    body, link = await pages.get(user, request.url.query, after=after_id, limit=limit,
+                                 path=request.url.path, params=page_params(request),
+                                 ttl=READ_TTL_SECONDS, load=load)
     return Response(body, media_type="application/json",
                     headers={"Link": link} if link is not None else None)
 

@@ -12,7 +12,11 @@ evaluator and the feed table change only there. The API's event loop stores
 what users change with its own store, then hands the loop what it must apply
 (:meth:`LoopHost.call`); changes whose transactions could deadlock with the
 writer's rounds (deleting or replacing a profile, deleting a feed) run on the
-loop's thread, under the writer's lock.
+loop's thread, under the writer's lock, and so do profile creates on SQLite
+(one writer at a time: they take turns with the rounds, several at once).
+Every change of a user's profiles is announced once stored
+(:class:`~proxy.service._profile_changes.ProfileChanges`): the API's cached
+listing pages are amended with it, so a client reads its own writes at once.
 
 Start-up (:meth:`ProxyService.start`): migrate (``migrate_on_start``), take the
 chronon loop's lease (:mod:`proxy.service.leader`; one loop per database), and as
@@ -89,6 +93,7 @@ from proxy.service import health
 from proxy.service._feeds import FeedTable, update_model_settings
 from proxy.service._host import LoopHost
 from proxy.service._persist import Step, Writer
+from proxy.service._profile_changes import ProfileChanged, ProfileChanges
 from proxy.service._ratelimit import TokenBuckets
 from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
@@ -104,6 +109,7 @@ from proxy.store import (
     Delivery,
     Feed,
     Lease,
+    NewProfile,
     NotificationEvent,
     NotifyTarget,
     Profile,
@@ -249,9 +255,12 @@ class ProxyService:
         # Pings per feed (issue 24.6): every user who registered a feed knows a token for it, and
         # each accepted ping may open CEIs that spend the shared budget.
         self._ping_buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
-        # Bumped by every change of a user's profiles: the API's cached listings key on it, so
-        # a client reads its own writes at once (proxy/api/_cache.py).
-        self._profile_versions: dict[int, int] = {}
+        #: Every change of a user's profiles by this process, announced once stored: the API's
+        #: listing pages are amended with them and its summaries key on their version, so a
+        #: client reads its own writes at once (proxy/api/_cache.py).
+        self.profile_changes = ProfileChanges()
+        #: SQLite creates waiting for the writer's lock (:meth:`_create_in_turn`); loop's thread.
+        self._queued_creates: list[tuple[NewProfile, asyncio.Future[Profile]]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -847,35 +856,48 @@ class ProxyService:
 
     async def create_profile(self, user_id: int, spec: ProfileSpec) -> Profile:
         """Validate feed ids (422 naming ``rules.N.….feed``), store, then install in the evaluator."""
+        changes = self.profile_changes
         if self._replica:
             await self._check(user_id, spec)
-            profile = await self.store.create_profile(
-                user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            async with changes.changing(user_id):
+                profile = await self.store.create_profile(
+                    user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+                changes.announce(ProfileChanged(user_id, "created", profile.id, profile))
             await self._forward(Change("profile", profile.id, user_id))
             return profile
         self._require_leader()
         await self._check(user_id, spec)
-        # Stored first, by the API's own store and with no lock: new rows that no write round
-        # touches (its rules have no CEI yet), so creates do not queue behind the loop's
-        # writer nor each other (issue 24.4). Then the loop's thread installs it.
-        profile = await self.store.create_profile(
-            user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
-        try:
-            await self.host.call(self._install, profile)
-        except Exception:
-            await self.store.delete_profile(user_id, profile.id)
-            raise
-        self._profiles_changed(user_id)
+        async with changes.changing(user_id):
+            if self.store.engine.dialect.name == "sqlite":
+                new = NewProfile(user_id, spec.name, tuple(_rule_inputs(spec)),
+                                 *_profile_notify(spec))
+                profile = await self.host.run(self._create_in_turn(new))
+            else:
+                # PostgreSQL: stored first, by the API's own store and with no lock: new rows
+                # that no write round touches (its rules have no CEI yet), so creates do not
+                # queue behind the loop's writer nor each other (issue 24.4). Then the loop's
+                # thread installs it.
+                profile = await self.store.create_profile(
+                    user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+                try:
+                    await self.host.call(self._install, profile)
+                except Exception:
+                    await self.store.delete_profile(user_id, profile.id)
+                    raise
+            changes.announce(ProfileChanged(user_id, "created", profile.id, profile))
         log.info("profile_created", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
     async def replace_profile(self, user_id: int, profile_id: int, spec: ProfileSpec) -> Profile:
         """Replace a profile's name and rules; its open CEIs are sealed at their current rank."""
+        changes = self.profile_changes
         if self._replica:
             await self.store.get_profile(user_id, profile_id)
             await self._check(user_id, spec)
-            profile = await self.store.replace_profile(
-                user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+            async with changes.changing(user_id):
+                profile = await self.store.replace_profile(
+                    user_id, profile_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
+                changes.announce(ProfileChanged(user_id, "replaced", profile.id, profile))
             await self._forward(Change("profile", profile.id, user_id))
             return profile
         self._require_leader()
@@ -893,17 +915,66 @@ class ProxyService:
                 self._install(profile)
             return profile
 
-        profile = await self.host.run(replace())
-        self._profiles_changed(user_id)
+        async with changes.changing(user_id):
+            profile = await self.host.run(replace())
+            changes.announce(ProfileChanged(user_id, "replaced", profile.id, profile))
         log.info("profile_replaced", profile=profile.id, user=user_id, rules=len(profile.rules))
         return profile
 
+    async def _create_in_turn(self, new: NewProfile) -> Profile:
+        """Store and install a profile on the loop's thread, under the writer's lock (SQLite).
+
+        SQLite takes one writer at a time: the others poll for its lock, sleeping longer
+        each time they find it taken. Creates on the API's store polled against the loop's
+        write rounds and against each other, and each of their statements waited its turn
+        on the API's busy event loop while holding the lock (mixed phase: a create's p99
+        555 ms, a write round's 542 ms). Here creates and rounds take turns in order, and
+        the first create to get the lock stores every create queued by then in one
+        transaction of three statements (:meth:`Store.create_profiles`)."""
+        mine: asyncio.Future[Profile] = asyncio.get_running_loop().create_future()
+        self._queued_creates.append((new, mine))
+        try:
+            async with self._lock:
+                if not mine.done():
+                    batch, self._queued_creates = self._queued_creates, []
+                    await self._create_batch(batch)
+        except asyncio.CancelledError:
+            self._queued_creates = [(n, f) for n, f in self._queued_creates if f is not mine]
+            raise
+        return mine.result()
+
+    async def _create_batch(self, batch: list[tuple[NewProfile, asyncio.Future[Profile]]]) -> None:
+        """Store the profiles in one transaction, install them, and answer each create; if
+        one is refused, each on its own (to tell which). Every create is answered."""
+        try:
+            try:
+                profiles = await self.loop_store.create_profiles([new for new, _ in batch])
+            except Exception as error:
+                if len(batch) == 1:
+                    batch[0][1].set_exception(error)
+                else:
+                    for item in batch:
+                        await self._create_batch([item])
+                return
+            for (new, done), profile in zip(batch, profiles, strict=True):
+                try:
+                    self._install(profile)
+                except Exception as error:  # stored, not installed: not created after all
+                    done.set_exception(error)
+                    try:
+                        await self.loop_store.delete_profile(new.user_id, profile.id)
+                    except Exception:
+                        log.exception("profile_not_removed", profile=profile.id, user=new.user_id)
+                else:
+                    done.set_result(profile)
+        finally:
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(StorageError("the create was interrupted", unavailable=True))
+
     def profiles_version(self, user_id: int) -> int:
         """A number that changes whenever this process changes the user's profiles."""
-        return self._profile_versions.get(user_id, 0)
-
-    def _profiles_changed(self, user_id: int) -> None:
-        self._profile_versions[user_id] = self._profile_versions.get(user_id, 0) + 1
+        return self.profile_changes.version(user_id)
 
     async def _check(self, user_id: int, spec: ProfileSpec) -> None:
         """Everything that can refuse a profile, before anything is stored (a 422 loses nothing):
@@ -928,8 +999,11 @@ class ProxyService:
             await check_targets(targets, policy, SystemResolver())
 
     async def delete_profile(self, user_id: int, profile_id: int) -> None:
+        changes = self.profile_changes
         if self._replica:
-            await self.store.delete_profile(user_id, profile_id)
+            async with changes.changing(user_id):
+                await self.store.delete_profile(user_id, profile_id)
+                changes.announce(ProfileChanged(user_id, "deleted", profile_id))
             await self._forward(Change("profile_deleted", profile_id, user_id))
             return
         self._require_leader()
@@ -939,8 +1013,9 @@ class ProxyService:
                 await self.loop_store.delete_profile(user_id, profile_id)
                 self._uninstall(profile_id)
 
-        await self.host.run(delete())
-        self._profiles_changed(user_id)
+        async with changes.changing(user_id):
+            await self.host.run(delete())
+            changes.announce(ProfileChanged(user_id, "deleted", profile_id))
         log.info("profile_deleted", profile=profile_id, user=user_id)
 
     # ------------------------------------------------------------------ replicas (issue 21)

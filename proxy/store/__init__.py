@@ -10,8 +10,8 @@ Public API::
              ProbeRecord, Lease (who runs the chronon loop: holder, epoch, expiry),
              ClusterProcess (a live process of a scaled-out deployment)
     fence_writes(lease, holder, epoch)   # this task's transactions commit only at that epoch
-    inputs:  RuleInput, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange, FeedUpdate,
-             ProbeItem (one probe's inputs to record_probes), TargetInput, AttemptOutcome
+    inputs:  RuleInput, NewProfile, NewEi, NewEntry, ProbeInput, CaptureInput, CeiStateChange,
+             FeedUpdate, ProbeItem (one probe's inputs to record_probes), TargetInput, AttemptOutcome
     outbox:  NotifyTarget, NotificationEvent, Delivery, DueDelivery (issue 19)
 
 Nothing outside this package writes SQL. The store knows nothing of policies,
@@ -47,6 +47,7 @@ from proxy.store._types import (
     MetricTotals,
     NewEi,
     NewEntry,
+    NewProfile,
     NotificationEvent,
     NotifyTarget,
     Probe,
@@ -93,6 +94,7 @@ __all__ = [
     "MetricsSummary",
     "NewEi",
     "NewEntry",
+    "NewProfile",
     "NotificationEvent",
     "NotifyTarget",
     "Probe",

@@ -91,12 +91,16 @@ class Outbox(AccountsAndFeeds):
         profile_id: int,
         profile_notify: Sequence[TargetInput] | None,
         rules: Sequence[tuple[int, RuleInput]],
+        *,
+        fresh: bool = False,
     ) -> tuple[NotifyTarget, ...]:
-        """Replace the profile's subscriptions; create the user's targets it names for the
-        first time (returned with their secrets: the only time they are shown)."""
-        await conn.execute(
-            delete(NotifySubscriptionRow).where(NotifySubscriptionRow.profile_id == profile_id)
-        )
+        """Replace the profile's subscriptions (``fresh``: a profile just inserted, which has
+        none); create the user's targets it names for the first time (returned with their
+        secrets: the only time they are shown)."""
+        if not fresh:
+            await conn.execute(
+                delete(NotifySubscriptionRow).where(NotifySubscriptionRow.profile_id == profile_id)
+            )
         wanted: list[tuple[int | None, TargetInput]] = [(None, t) for t in profile_notify or ()]
         for rule_id, rule in rules:
             effective = rule.notify if rule.notify is not None else profile_notify or ()

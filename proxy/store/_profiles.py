@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -17,8 +18,10 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy import cast as cast_
@@ -61,6 +64,7 @@ from proxy.store._types import (
     CeiStateChange,
     Ei,
     NewEi,
+    NewProfile,
     Profile,
     Rule,
     RuleInput,
@@ -88,30 +92,70 @@ class ProfilesAndCeis(Outbox):
         ``notify``: the profile's default notify targets (``notify_spec``: as submitted, JSON);
         targets the user did not have yet are created, and returned once with their secrets
         in :attr:`Profile.new_targets`."""
-        name = _profile_name(name)
-        now = self._clock()
+        new = NewProfile(user_id, name, tuple(rules), None if notify is None else tuple(notify),
+                         notify_spec)
+        return (await self.create_profiles([new]))[0]
+
+    async def create_profiles(self, new: Sequence[NewProfile]) -> list[Profile]:
+        """Create profiles (each as :meth:`create_profile` does) in ONE transaction: all of
+        them, or none if one is refused (with one of :meth:`create_profile`'s errors; which
+        profile it was is :meth:`create_profile`'s to tell, one by one).
+
+        Issue 24.4: three statements whatever the number of profiles (on SQLite they hold
+        the write lock the chronon loop's writer needs): no reload of what was just written,
+        no user lookup unless the insert is refused, one INSERT for all the profiles and one
+        for all their rules, and the rules' feeds linked from the users' registrations (the
+        check that they are the user's and the links at once)."""
+        if not new:
+            return []
+        names = [_profile_name(p.name) for p in new]
+        for p in new:
+            _check_rule_names(p.rules)
+        now = self._clock().astimezone(dt.UTC)
+        try:
+            async with self._tx() as conn:
+                try:
+                    ids = list((
+                        await conn.execute(
+                            insert(ProfileRow).returning(ProfileRow.id, sort_by_parameter_order=True),
+                            [{"user_id": p.user_id, "name": name, "created_at": now, "updated_at": now,
+                              "notify": p.notify_spec} for p, name in zip(new, names, strict=True)],
+                        )
+                    ).scalars())
+                except IntegrityError:
+                    taken = f"you already have a profile named {names[0]!r}" if len(new) == 1 \
+                        else "one of the profiles' names is taken"
+                    raise ConflictError(taken) from None
+                rule_ids = await self._insert_rules(
+                    conn, [(profile_id, p.user_id, p.rules, {}) for profile_id, p in zip(ids, new, strict=True)])
+                created = [
+                    await self._link_targets(conn, p.user_id, profile_id, p.notify,
+                                             list(zip(rules, p.rules, strict=True)), fresh=True)
+                    for profile_id, p, rules in zip(ids, new, rule_ids, strict=True)
+                ]
+        except ConflictError:
+            # The insert is refused for a taken name and for an unknown user (the foreign key):
+            # which one is asked only now, off the path every create takes.
+            if len(new) == 1 and not await self._user_exists(new[0].user_id):
+                raise NotFoundError("user", new[0].user_id) from None
+            raise
+        return [
+            Profile(
+                id=profile_id, user_id=p.user_id, name=name, created_at=now, updated_at=now,
+                rules=tuple(
+                    Rule(id=rule_id, profile_id=profile_id, name=rule.name, position=position,
+                         spec=_as_stored(rule.spec), state=None,
+                         feed_ids=tuple(sorted(set(rule.feed_ids))))
+                    for position, (rule_id, rule) in enumerate(zip(rules, p.rules, strict=True))
+                ),
+                notify=_as_stored(p.notify_spec), new_targets=targets,
+            )
+            for profile_id, p, name, rules, targets in zip(ids, new, names, rule_ids, created, strict=True)
+        ]
+
+    async def _user_exists(self, user_id: int) -> bool:
         async with self._tx() as conn:
-            if (
-                await conn.execute(select(UserRow.id).where(UserRow.id == user_id))
-            ).first() is None:
-                raise NotFoundError("user", user_id)
-            await self._check_feeds(conn, rules, user_id)
-            try:
-                profile_id = (
-                    await conn.execute(
-                        insert(ProfileRow)
-                        .values(user_id=user_id, name=name, created_at=now, updated_at=now,
-                                notify=notify_spec)
-                        .returning(ProfileRow.id)
-                    )
-                ).scalar_one()
-            except IntegrityError:
-                raise ConflictError(f"you already have a profile named {name!r}") from None
-            rule_ids = await self._insert_rules(conn, profile_id, rules, {})
-            created = await self._link_targets(
-                conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
-            profile = await self._load_profile(conn, user_id, profile_id)
-            return replace(profile, new_targets=created)
+            return (await conn.execute(select(UserRow.id).where(UserRow.id == user_id))).first() is not None
 
     async def replace_profile(
         self,
@@ -129,7 +173,6 @@ class ProfilesAndCeis(Outbox):
         name = _profile_name(name)
         async with self._tx() as conn:
             await self._owned_profile(conn, user_id, profile_id)
-            await self._check_feeds(conn, rules, user_id)
             old = (
                 await conn.execute(
                     select(RuleRow.name, RuleRow.spec, RuleRow.state).where(
@@ -147,7 +190,7 @@ class ProfilesAndCeis(Outbox):
                 )
             except IntegrityError:
                 raise ConflictError(f"you already have a profile named {name!r}") from None
-            rule_ids = await self._insert_rules(conn, profile_id, rules, kept_state)
+            (rule_ids,) = await self._insert_rules(conn, [(profile_id, user_id, rules, kept_state)])
             created = await self._link_targets(
                 conn, user_id, profile_id, notify, list(zip(rule_ids, rules, strict=True)))
             profile = await self._load_profile(conn, user_id, profile_id)
@@ -249,34 +292,40 @@ class ProfilesAndCeis(Outbox):
     async def _insert_rules(
         self,
         conn: AsyncConnection,
-        profile_id: int,
-        rules: Sequence[RuleInput],
-        kept_state: dict[tuple[str, str], Any],
-    ) -> list[int]:
-        ids = []
-        for position, rule in enumerate(rules):
-            if not rule.name.strip() or len(rule.name) > 200:
-                raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
-            rule_id = (
-                await conn.execute(
-                    insert(RuleRow)
-                    .values(
-                        profile_id=profile_id,
-                        name=rule.name,
-                        position=position,
-                        spec=rule.spec,
-                        state=kept_state.get((rule.name, _state_key(rule.spec))),
-                    )
-                    .returning(RuleRow.id)
-                )
-            ).scalar_one()
-            ids.append(rule_id)
-            feed_ids = sorted(set(rule.feed_ids))
-            if feed_ids:
-                await conn.execute(
-                    insert(RuleFeedRow), [{"rule_id": rule_id, "feed_id": f} for f in feed_ids]
-                )
-        return ids
+        profiles: Sequence[tuple[int, int, Sequence[RuleInput], dict[tuple[str, str], Any]]],
+    ) -> list[list[int]]:
+        """Insert each profile's rules (``(profile id, owner, rules, kept states)``, rules in
+        order) and link each rule to the feeds it reads, which must be feeds the owner
+        registered: :class:`FeedNotFoundError` names the first other one. The rule ids, per
+        profile. One INSERT for all the rules, one for their feeds (per 100 rules)."""
+        for _, _, rules, _ in profiles:
+            _check_rule_names(rules)
+        rows = [{"profile_id": profile_id, "name": rule.name, "position": position, "spec": rule.spec,
+                 "state": kept.get((rule.name, _state_key(rule.spec)))}
+                for profile_id, _, rules, kept in profiles for position, rule in enumerate(rules)]
+        if not rows:
+            return [[] for _ in profiles]
+        # Their ids come back in the rows' order.
+        ids = iter(list((
+            await conn.execute(insert(RuleRow).returning(RuleRow.id, sort_by_parameter_order=True), rows)
+        ).scalars()))
+        out = [[next(ids) for _ in rules] for _, _, rules, _ in profiles]
+        # Issue 22: a rule may read only its owner's feeds. The links are copied from the
+        # owner's registrations, so a feed the owner did not register is a link missing.
+        wanted = [(rule_id, user_id, rule, sorted(set(rule.feed_ids)))
+                  for (_, user_id, rules, _), rule_ids in zip(profiles, out, strict=True)
+                  for rule_id, rule in zip(rule_ids, rules, strict=True) if rule.feed_ids]
+        for chunk in _chunks(wanted, 100):  # SQLite: at most 500 SELECTs in a compound one
+            reads = [select(literal(rule_id, BigInteger), FeedRegistrationRow.feed_id).where(
+                FeedRegistrationRow.user_id == user_id, _among(conn, FeedRegistrationRow.feed_id, feeds))
+                for rule_id, user_id, _, feeds in chunk]
+            linked = await conn.execute(insert(RuleFeedRow).from_select(
+                ["rule_id", "feed_id"], reads[0] if len(reads) == 1 else union_all(*reads)))
+            if linked.rowcount != sum(len(feeds) for *_, feeds in chunk):
+                for _, user_id, rule, _ in chunk:
+                    await self._check_feeds(conn, [rule], user_id)  # raises, naming the feed
+                raise AssertionError("rule feeds: links missing, yet every feed is registered")
+        return out
 
     async def _owned_profile(self, conn: AsyncConnection, user_id: int, profile_id: int) -> None:
         found = (
@@ -798,6 +847,17 @@ class ProfilesAndCeis(Outbox):
             )
             for row in cei_rows
         ]
+
+
+def _check_rule_names(rules: Sequence[RuleInput]) -> None:
+    for position, rule in enumerate(rules):
+        if not rule.name.strip() or len(rule.name) > 200:
+            raise ValidationError(f"rule {position}: name must be 1 to 200 characters")
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` as a JSON column gives it back (what a reload of the row would read)."""
+    return None if value is None else json.loads(json.dumps(value))
 
 
 def _state_key(spec: Any) -> str:

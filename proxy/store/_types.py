@@ -444,6 +444,18 @@ class RuleInput:
 
 
 @dataclass(frozen=True, slots=True)
+class NewProfile:
+    """A profile to create: its owner, name, rules in order and default notify targets
+    (``notify_spec``: as submitted, JSON)."""
+
+    user_id: int
+    name: str
+    rules: tuple[RuleInput, ...] = ()
+    notify: tuple[TargetInput, ...] | None = None
+    notify_spec: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewEi:
     """An EI to add to a CEI; ``ordinal`` numbers the EIs of one CEI."""
 
