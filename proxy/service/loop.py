@@ -128,8 +128,23 @@ class ChrononLoop:
         return len(self._busy)
 
     async def run(self, first: int) -> None:
-        """Tick from chronon ``first`` for ever (cancel to stop)."""
-        t = first
+        """Tick from chronon ``first`` (or the current one, if later) for ever (cancel to stop).
+
+        The first tick waits until the writer has stored what was submitted before it: after
+        a restart, the restore's own decisions (the CEIs whose windows passed while the
+        service was down, a thousand and more, with their notification documents). Ticking
+        meanwhile would only queue the first chronons' decisions behind that round, where a
+        crash loses them; waiting starts the loop on a committed restore, and the first
+        chronons' rounds are small (issue 24: probing back at the full budget, stored,
+        within three chronons of a restart). The chronons the wait takes are not ticked, as
+        for any late start: the engine and the evaluator coalesce them.
+        """
+        began = time.monotonic()
+        backlog = self.writer.backlog
+        await self.writer.flush()
+        t = max(first, self.clock.current())
+        log.info("loop_started", chronon=t, restore_chronon=first, batches_written=backlog,
+                 waited_seconds=round(time.monotonic() - began, 3))
         while True:
             jitter = await self.clock.sleep_until_chronon(t)
             if self.guard is not None and not self.guard():
