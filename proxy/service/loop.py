@@ -104,6 +104,8 @@ class ChrononLoop:
     policy: Policy
     max_inflight: int = 0
     guard: Callable[[], bool] | None = None
+    #: How long :meth:`run`'s first tick waits at most for what was submitted before it.
+    start_wait: float = 10.0
     last_tick: float | None = None  # monotonic time of the last tick, for /readyz
     ticks: int = 0
     current: int | None = None
@@ -138,12 +140,21 @@ class ChrononLoop:
         chronons' rounds are small (issue 24: probing back at the full budget, stored,
         within three chronons of a restart). The chronons the wait takes are not ticked, as
         for any late start: the engine and the evaluator coalesce them.
+
+        It waits ``start_wait`` seconds at most: a restore round that takes longer (a
+        restart of 100,000 profiles after a long outage, the database away) does not keep
+        the loop from probing; its first chronons then queue behind the round, as before.
         """
         began = time.monotonic()
         backlog = self.writer.backlog
-        await self.writer.flush()
+        written = True
+        try:
+            async with asyncio.timeout(self.start_wait):
+                await self.writer.flush()
+        except TimeoutError:
+            written = False
         t = max(first, self.clock.current())
-        log.info("loop_started", chronon=t, restore_chronon=first, batches_written=backlog,
+        log.info("loop_started", chronon=t, restore_chronon=first, batches=backlog, written=written,
                  waited_seconds=round(time.monotonic() - began, 3))
         while True:
             jitter = await self.clock.sleep_until_chronon(t)
