@@ -406,15 +406,16 @@ async def outage_run(args: argparse.Namespace, url: str, workdir: Path) -> Outag
     return res
 
 
-def header(command: str) -> str:
-    load = os.getloadavg()[0]
+def header(command: str, load: float) -> str:
+    """``load``: the one-minute load average when the run started (read then, not here: a
+    table is rendered after its run, whose own processes weigh on the figure by then)."""
     return (f"Measured {dt.date.today().isoformat()} on {platform.node()} "
             f"({os.cpu_count()} cores shared with other engineers' runs; load average "
             f"{load:.1f} at the start) with\n`{command}`.\n")
 
 
-def kill_table(results: list[KillResult], command: str) -> str:
-    lines = [header(command),
+def kill_table(results: list[KillResult], command: str, load: float) -> str:
+    lines = [header(command, load),
              "| database | feeds | profiles (two-feed / one-rule) | budget | kills | CEIs | "
              "refused | id gaps | `db check` violations | acknowledged lost | chronons back at "
              "steady probing (max; per restart) | ready after start (max s) | steady: budget "
@@ -432,8 +433,8 @@ def kill_table(results: list[KillResult], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def outage_table(r: OutageResult, command: str) -> str:
-    return header(command) + "\n" + "\n".join([
+def outage_table(r: OutageResult, command: str, load: float) -> str:
+    return header(command, load) + "\n" + "\n".join([
         "| cut | /readyz 503 during | /readyz 200 after | chronons ticked / stored | probes "
         "made / stored | backlog max | dropped | `db check` violations |",
         "|---|---|---|---|---|---|---|---|",
@@ -481,12 +482,13 @@ async def main() -> int:
     parser.add_argument("--write", action="store_true", help=f"write the section into {DOC.name}")
     args = parser.parse_args()
     command = shlex.join([".venv/bin/python", "benchmarks/machinery/bench_crash.py", *sys.argv[1:]])
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_crash_") as tmp:
         workdir = Path(tmp)
         async with database(args, workdir) as url:
             if args.mode == "kill":
                 kill = await kill_run(args, url, workdir)
-                text = kill_table([kill], command)
+                text = kill_table([kill], command, load)
                 name = f"bench_crash_{kill.backend}" + (f"_{args.one_rule}" if args.one_rule else "")
                 print(f"leases lost by their own holder: {kill.leases_lost}")
                 for n, spent in enumerate(kill.after_restart, 1):
@@ -495,7 +497,7 @@ async def main() -> int:
             else:
                 if not args.postgres:
                     raise SystemExit("outage needs --postgres (the cut is a TCP proxy)")
-                text = outage_table(await outage_run(args, url, workdir), command)
+                text = outage_table(await outage_run(args, url, workdir), command, load)
                 name = "bench_outage"
     print(text)
     if args.write:
