@@ -21,9 +21,13 @@ the database is audited:
   or a CEI decided and lost);
 - *violations*: ``Store.audit`` (``proxy db check``);
 - *lost*: acknowledged profiles missing from the database;
-- *back at budget*: for each restart, chronons from its first one to the first whose
-  recorded ``used`` reaches the steady state's median probes per chronon (the budget
-  when the rules' demand exceeds it, as with 1,500 one-rule profiles).
+- *back at budget*: for each restart, chronons from the first one the restarted process
+  ticked (its ``loop_started`` log line) to the first whose probes **stored** in the
+  database reach the steady state's median of stored probes per chronon (the budget when
+  the rules' demand exceeds it, as with 1,500 one-rule profiles). Probes, not the chronon
+  row's ``used``: a row can commit while its chronon's probes are still in flight, and a
+  kill then loses them. A chronon the process did not tick, or whose rows a kill lost,
+  counts as not at budget.
 
 ``outage``: the same service with ``--profiles`` profiles runs through a TCP proxy
 (tests/fault_proxy.py) in front of PostgreSQL; the proxy cuts every connection for
@@ -63,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,6 +122,22 @@ def log_events(log: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(ValueError):
             out.append(json.loads(line))
     return out
+
+
+def first_ticked(log: Path, offset: int) -> int:
+    """The first chronon the process whose log starts at ``offset`` ticked (``loop_started``).
+
+    Not ``/readyz``'s chronon: that is the current one when readiness is first seen, a
+    chronon or more after the first tick under load, and the chronons between would not be
+    counted."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        for line in f:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if event.get("event") == "loop_started":
+                    return int(event["chronon"])
+    raise BenchError("the restarted process logged no loop_started line")
 
 
 async def ready(api: httpx.AsyncClient, proc: asyncio.subprocess.Process, within: float) -> float:
@@ -188,7 +208,8 @@ class KillResult:
     steady_backlog_max: float = 0.0
     steady_probes_per_s: float = 0.0
     steady_target: int = 0
-    after_restart: list[list[int | None]] = field(default_factory=list)
+    #: (chronon row's ``used`` or None without a row, probes stored) of each restart's first chronons
+    after_restart: list[list[tuple[int | None, int]]] = field(default_factory=list)
     leases_lost: int = 0  # a process that lost its own lease (a renewal too late): a restore more
 
 
@@ -228,10 +249,10 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
         feeds: list[int] = []
         try:
             for cycle in range(args.kills + 1):
+                offset = log.stat().st_size if log.exists() else 0
                 async with serving(env, port, log) as proc:
                     res.ready_seconds.append(await ready(api, proc, 120))
-                    status = (await api.get("/readyz")).json()
-                    restarts.append(int(status["chronon"] or 0))
+                    restarts.append(first_ticked(log, offset))
                     if not feeds:
                         feeds = [(await api.post("/api/v1/feeds", json={"url": farm.url(f"f{i}")}))
                                  .json()["id"] for i in range(args.feeds)]
@@ -279,6 +300,8 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
             rows = (await conn.execute(select(CeiRow.id, CeiRow.rule_id))).all()
             used = dict((await conn.execute(
                 select(ChrononMetricsRow.chronon, ChrononMetricsRow.used))).all())
+            probed = dict((await conn.execute(
+                select(ProbeRow.chronon, func.count()).group_by(ProbeRow.chronon))).all())
             cutoff = restarts[1] if len(restarts) > 1 else max(used, default=0) + 1
             steady = (await conn.execute(select(ChrononMetricsRow.used, ChrononMetricsRow.budget)
                                          .where(ChrononMetricsRow.chronon < cutoff))).all()
@@ -291,16 +314,16 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
     res.acknowledged = len(acknowledged)
     res.lost = len(acknowledged - stored)
     res.steady_spent = (sum(u for u, _ in steady) / max(1, sum(b for _, b in steady)))
-    # "Full budget": what the steady state spent per chronon (the median), at most the budget:
-    # with few CEIs due, the rules' demand, not the budget, limits probing.
-    steady_used = sorted(u for u, _ in steady) or [args.budget]
-    res.steady_target = min(args.budget, max(1, steady_used[len(steady_used) // 2]))
+    # "Full budget": the probes the steady state stored per chronon (the median), at most the
+    # budget: with few CEIs due, the rules' demand, not the budget, limits probing.
+    steady_probed = sorted(probed.get(c, 0) for c in used if c < cutoff) or [args.budget]
+    res.steady_target = min(args.budget, max(1, steady_probed[len(steady_probed) // 2]))
     top = max(used) if used else 0
     for first in restarts[1:]:
-        t = next((c for c in range(first, top + 1) if used.get(c, 0) >= res.steady_target), None)
+        t = next((c for c in range(first, top + 1) if probed.get(c, 0) >= res.steady_target), None)
         res.back_at_budget.append(-1 if t is None else t - first)
-        # What each restart's first chronons spent ("-": no row stored, lost in the next kill).
-        res.after_restart.append([used.get(c) for c in range(first, first + 12)])
+        # What each restart's first chronons spent and stored ("-": no row, lost in the next kill).
+        res.after_restart.append([(used.get(c), probed.get(c, 0)) for c in range(first, first + 12)])
     if args.keep_log:
         await asyncio.to_thread(shutil.copyfile, log, args.keep_log)
     return res
@@ -383,15 +406,16 @@ async def outage_run(args: argparse.Namespace, url: str, workdir: Path) -> Outag
     return res
 
 
-def header(command: str) -> str:
-    load = os.getloadavg()[0]
+def header(command: str, load: float) -> str:
+    """``load``: the one-minute load average when the run started (read then, not here: a
+    table is rendered after its run, whose own processes weigh on the figure by then)."""
     return (f"Measured {dt.date.today().isoformat()} on {platform.node()} "
             f"({os.cpu_count()} cores shared with other engineers' runs; load average "
             f"{load:.1f} at the start) with\n`{command}`.\n")
 
 
-def kill_table(results: list[KillResult], command: str) -> str:
-    lines = [header(command),
+def kill_table(results: list[KillResult], command: str, load: float) -> str:
+    lines = [header(command, load),
              "| database | feeds | profiles (two-feed / one-rule) | budget | kills | CEIs | "
              "refused | id gaps | `db check` violations | acknowledged lost | chronons back at "
              "steady probing (max; per restart) | ready after start (max s) | steady: budget "
@@ -409,8 +433,8 @@ def kill_table(results: list[KillResult], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def outage_table(r: OutageResult, command: str) -> str:
-    return header(command) + "\n" + "\n".join([
+def outage_table(r: OutageResult, command: str, load: float) -> str:
+    return header(command, load) + "\n" + "\n".join([
         "| cut | /readyz 503 during | /readyz 200 after | chronons ticked / stored | probes "
         "made / stored | backlog max | dropped | `db check` violations |",
         "|---|---|---|---|---|---|---|---|",
@@ -458,21 +482,22 @@ async def main() -> int:
     parser.add_argument("--write", action="store_true", help=f"write the section into {DOC.name}")
     args = parser.parse_args()
     command = shlex.join([".venv/bin/python", "benchmarks/machinery/bench_crash.py", *sys.argv[1:]])
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_crash_") as tmp:
         workdir = Path(tmp)
         async with database(args, workdir) as url:
             if args.mode == "kill":
                 kill = await kill_run(args, url, workdir)
-                text = kill_table([kill], command)
+                text = kill_table([kill], command, load)
                 name = f"bench_crash_{kill.backend}" + (f"_{args.one_rule}" if args.one_rule else "")
                 print(f"leases lost by their own holder: {kill.leases_lost}")
                 for n, spent in enumerate(kill.after_restart, 1):
-                    print(f"restart {n}: probes in its first chronons "
-                          + " ".join("-" if u is None else str(u) for u in spent))
+                    print(f"restart {n}: its first chronons' probes made/stored "
+                          + " ".join("-" if u is None else f"{u}/{p}" for u, p in spent))
             else:
                 if not args.postgres:
                     raise SystemExit("outage needs --postgres (the cut is a TCP proxy)")
-                text = outage_table(await outage_run(args, url, workdir), command)
+                text = outage_table(await outage_run(args, url, workdir), command, load)
                 name = "bench_outage"
     print(text)
     if args.write:

@@ -126,6 +126,8 @@ class ChrononLoop:
     policy: Policy
     max_inflight: int = 0
     guard: Callable[[], bool] | None = None
+    #: How long :meth:`run`'s first tick waits at most for what was submitted before it.
+    start_wait: float = 10.0
     last_tick: float | None = None  # monotonic time of the last tick, for /readyz
     ticks: int = 0
     current: int | None = None
@@ -151,8 +153,32 @@ class ChrononLoop:
         return len(self._busy)
 
     async def run(self, first: int) -> None:
-        """Tick from chronon ``first`` for ever (cancel to stop)."""
-        t = first
+        """Tick from chronon ``first`` (or the current one, if later) for ever (cancel to stop).
+
+        The first tick waits until the writer has stored what was submitted before it: after
+        a restart, the restore's own decisions (the CEIs whose windows passed while the
+        service was down, a thousand and more, with their notification documents). Ticking
+        meanwhile would only queue the first chronons' decisions behind that round, where a
+        crash loses them; waiting starts the loop on a committed restore, and the first
+        chronons' rounds are small (issue 24: probing back at the full budget, stored,
+        within three chronons of a restart). The chronons the wait takes are not ticked, as
+        for any late start: the engine and the evaluator coalesce them.
+
+        It waits ``start_wait`` seconds at most: a restore round that takes longer (a
+        restart of 100,000 profiles after a long outage, the database away) does not keep
+        the loop from probing; its first chronons then queue behind the round, as before.
+        """
+        began = time.monotonic()
+        backlog = self.writer.backlog
+        written = True
+        try:
+            async with asyncio.timeout(self.start_wait):
+                await self.writer.flush()
+        except TimeoutError:
+            written = False
+        t = max(first, self.clock.current())
+        log.info("loop_started", chronon=t, restore_chronon=first, batches=backlog, written=written,
+                 waited_seconds=round(time.monotonic() - began, 3))
         while True:
             jitter = await self.clock.sleep_until_chronon(t)
             if self.guard is not None and not self.guard():
