@@ -248,3 +248,53 @@ async def test_a_holder_that_cannot_renew_steps_down_within_its_ttl(store: Store
     assert [epoch for _, epoch in events.elected] == [2]
     await _cancel(task)
     await a.release()
+
+
+class SlowTurnStore:
+    """The store, but a renewal first waits for ``turn`` (as behind this process's own write
+    round on SQLite, which holds the database's one write lock)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.turn = asyncio.Event()
+        self.turn.set()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def renew_lease(self, lease: Lease, *, now: dt.datetime, ttl: float) -> Lease | None:
+        await self.turn.wait()
+        return await self.store.renew_lease(lease, now=now, ttl=ttl)
+
+
+@pytest.mark.parametrize("patient", [True, False])
+async def test_a_patient_holder_waits_for_its_own_turn_past_the_deadline(
+    store: Store, patient: bool,
+) -> None:
+    ttl = 0.6
+    slow = SlowTurnStore(store)
+    events = Events()
+    a = Leader(slow, "a", LeaseTiming.of(1.0, ttl),  # type: ignore[arg-type]
+               on_elected=events.on_elected, on_deposed=events.on_deposed, patient=patient)
+    assert await a.acquire() is not None
+    task = asyncio.create_task(a.run())
+    await asyncio.sleep(ttl / 3)
+    slow.turn.clear()  # a write round of 3 TTLs begins
+    await asyncio.sleep(3 * ttl)
+    if not patient:  # it gave its loop up at the deadline (again after each re-election)
+        assert events.deposed and all("TTL" in reason for _, reason in events.deposed)
+        slow.turn.set()
+        await _cancel(task)
+        return
+    assert not a.holds() and events.deposed == []  # past its deadline: no tick meanwhile
+    slow.turn.set()
+    for _ in range(100):
+        if a.holds():
+            break
+        await asyncio.sleep(0.02)
+    # Nobody could take it: the holder keeps it, at the same epoch, renewed anew.
+    assert events.deposed == [] and a.holds() and a.lease is not None and a.lease.epoch == 1
+    stored = await store.current_lease(LOOP_LEASE)
+    assert stored is not None and stored.expires_at > dt.datetime.now(dt.UTC)
+    await _cancel(task)
+    await a.release()

@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 import pytest
 from sqlalchemy import func, select
@@ -126,6 +127,19 @@ async def test_add_ceis_skips_vanished_profiles_and_returns_ei_ids(store: Store)
     (cei,) = await store.list_ceis(user, pid)
     assert {e.ordinal: e.id for e in cei.eis} == ids["c:0"]
     assert await store.save_rule_states([(rid, {"k": 1}), (777, {"k": 2})]) == 1
+
+
+async def test_rule_states_round_trip_whatever_their_number(store: Store) -> None:
+    # SQLite stores them in one statement from a JSON document: what comes back must be what
+    # went in (nested lists, null, floats, text beyond ASCII), for thousands of rules at once.
+    *_, rid = await _setup(store)
+    state = {"version": 3, "kind": "watch", "cei_id": None, "alive": True, "seq": 7,
+             "covered": [[1, 2], [3, -4]], "since": 12.5, "note": "café \u2603 \"q\""}
+    assert await store.save_rule_states([(rid, state)]) == 1
+    assert (await store.load_rule_states())[rid] == state
+    many = [(rid, {**state, "seq": 1}), *((10_000_000 + n, state) for n in range(5_000))]
+    assert await store.save_rule_states(many) == 1  # the others are not rules (deleted)
+    assert (await store.load_rule_states())[rid]["seq"] == 1
 
 
 async def test_add_eis_and_seals_in_one_transaction(store: Store) -> None:
@@ -326,3 +340,27 @@ async def test_a_round_of_many_rows_writes_exactly_them_in_order_and_replays_cha
     await replay.stop()
     assert replay.metrics.writes_refused._value.get() == 0
     assert await rows() == (ceis, eis, captures, events, entries)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "limit"),
+    [
+        ([], 2000),  # nothing learnt yet: the step limit alone
+        ([(1000, 2.0)], 500),  # 500 steps a second, 1 s rounds
+        ([(1000, 2.0), (1000, 1.0)], 750),  # the rate is averaged over the last rounds
+        ([(1000, 100.0)], 50),  # never fewer than MIN_ROUND_STEPS
+        ([(100_000, 1.0)], 2000),  # never more than the step limit
+        ([(10, 10.0)], 2000),  # a round below MIN_ROUND_STEPS teaches nothing
+    ],
+)
+def test_rounds_sized_to_hold_sqlites_lock_about_round_seconds(
+    rounds: list[tuple[int, float]], limit: int,
+) -> None:
+    writer = Writer(cast(Store, None), ServiceMetrics(), round_seconds=1.0)
+    for steps, seconds in rounds:
+        writer._learn_rate(steps, seconds)
+    assert writer._round_steps() == limit
+    unsized = Writer(cast(Store, None), ServiceMetrics())  # PostgreSQL: no time bound
+    for steps, seconds in rounds:
+        unsized._learn_rate(steps, seconds)
+    assert unsized._round_steps() == 2000

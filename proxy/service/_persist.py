@@ -48,6 +48,9 @@ log = structlog.get_logger("proxy.service")
 
 #: The ``service_state`` key of the token of the writer's last committed round.
 ROUND_KEY = "writer_round"
+#: The fewest steps a round sized by ``Writer.round_seconds`` takes (and the fewest whose time
+#: teaches the rate): below it a round's own costs (the fence, the token, the commit) dominate.
+MIN_ROUND_STEPS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +251,13 @@ class Writer:
     metrics: ServiceMetrics
     max_round: int = 1000  # batches per round at most
     max_round_steps: int = 2000  # and steps (a round grows past it by its last batch only)
+    #: A round's target length in seconds, or ``None`` (bounded by the two limits above alone).
+    #: SQLite has one write lock, held from a round's first write to its commit: every other
+    #: writer (the lease's renewal, a feed registered through the API) waits for it, and gives
+    #: up after SQLite's 5 s busy timeout. After a restart of 100,000 profiles a round of
+    #: 1,040 first probes (20 new entries each) held it 6.4 s and the process lost its lease.
+    #: So on SQLite the round takes as many steps as the last rounds wrote in this time.
+    round_seconds: float | None = None
     max_batches: int = 20_000
     max_bytes: int = 64 * 2**20
     retry_max_seconds: float = 1.0
@@ -268,6 +278,7 @@ class Writer:
     written: int = 0
     #: Monotonic time the database first failed the current round (None: writing fine).
     failing_since: float | None = None
+    _step_rate: float | None = None  # steps per second the last rounds wrote (round_seconds)
     _queue: deque[_Batch] = field(default_factory=deque)
     _bytes: int = 0  # the queued batches' sizes (batch_bytes), summed
     _task: asyncio.Task[None] | None = None
@@ -411,7 +422,8 @@ class Writer:
             # SQLite's write lock long enough to time the API's own writes out.
             steps: list[Step] = []
             n = 0
-            while n < min(len(self._queue), self.max_round) and len(steps) < self.max_round_steps:
+            limit = self._round_steps()
+            while n < min(len(self._queue), self.max_round) and len(steps) < limit:
                 steps.extend(self._queue[n].steps)
                 n += 1
             if self.guard is not None and not self.guard():
@@ -493,6 +505,7 @@ class Writer:
             token = uuid.uuid4().hex
             try:
                 async with self._locked(), self.store.unit():
+                    began = time.monotonic()
                     for k, unit in enumerate(units):
                         try:
                             await self._write_unit(unit, rnd)
@@ -501,6 +514,7 @@ class Writer:
                         self._fault("writer.between_units")
                     await self.store.set_state(ROUND_KEY, token)
                     self._fault("writer.before_commit")
+                self._learn_rate(len(steps), time.monotonic() - began)
             except _UnitFailed as failed:
                 exc = failed.error
                 if isinstance(exc, StorageError) and (exc.unavailable or not await self._reachable()):
@@ -555,6 +569,20 @@ class Writer:
         except StorageError:
             return False
         return True
+
+    def _round_steps(self) -> int:
+        """How many steps the next round takes at most (``round_seconds``)."""
+        if self.round_seconds is None or self._step_rate is None:
+            return self.max_round_steps
+        fit = int(self._step_rate * self.round_seconds)
+        return max(MIN_ROUND_STEPS, min(self.max_round_steps, fit))
+
+    def _learn_rate(self, steps: int, seconds: float) -> None:
+        """A round of ``steps`` committed in ``seconds`` (from its lock to its commit)."""
+        if self.round_seconds is None or steps < MIN_ROUND_STEPS:
+            return  # a small round's fixed costs say little of the rate
+        rate = steps / max(seconds, 1e-3)
+        self._step_rate = rate if self._step_rate is None else (self._step_rate + rate) / 2
 
     async def _outage(self, exc: StorageError, attempt: int) -> int:
         """The database is away: count, log the first failure, back off; the round is retried."""

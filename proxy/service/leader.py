@@ -119,8 +119,15 @@ class Leader:
         name: str = LOOP_LEASE,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        patient: bool = False,
     ) -> None:
         self.leases = leases
+        #: A renewal still waiting at the deadline is waited for, not given up (SQLite: it waits
+        #: for this process's own write round, which holds the database's one write lock, so
+        #: nobody can take the lease meanwhile; a takeover after it shows as a renewal that
+        #: matches nothing). Ticks are refused meanwhile, as past any deadline. Not for a
+        #: database across a network, where a renewal that hangs may be a partition.
+        self.patient = patient
         self.holder = holder
         self.timing = timing
         self.name = name
@@ -212,9 +219,18 @@ class Leader:
             # whole TTL: holds() already refuses ticks, and right after a stall the event loop
             # has a backlog that can outlast renew_every (the lease was then lost for nothing).
             left = self.timing.ttl
+        renewal = asyncio.ensure_future(
+            self.leases.renew_lease(lease, now=_utc(self._wall()), ttl=self.timing.ttl))
+        waited = False
         try:
-            renewed = await asyncio.wait_for(
-                self.leases.renew_lease(lease, now=_utc(self._wall()), ttl=self.timing.ttl), left)
+            try:
+                renewed = await asyncio.wait_for(asyncio.shield(renewal), left)
+            except TimeoutError:
+                if not self.patient:
+                    renewal.cancel()
+                    raise
+                log.warning("lease_renewal_waits", lease=self.name, seconds=round(left, 3))
+                renewed, waited = await renewal, True
         except (StorageError, TimeoutError) as exc:
             if self._monotonic() >= self._deadline:
                 await self._depose(f"lease not renewed within its TTL ({exc!s})")
@@ -225,6 +241,11 @@ class Leader:
             await self._depose("lease taken over by another process")
             return 0.0
         self.lease = renewed
+        if waited:
+            # Nobody took it meanwhile, but it was renewed from when the renewal was asked
+            # for, long ago: renew again at once (the writer waits for holds(), so its lock is
+            # free now), and go by that renewal's time.
+            return 0.0
         self._deadline = started + self.timing.ttl
         return self.timing.renew_every
 

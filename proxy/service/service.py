@@ -130,6 +130,9 @@ SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
 
 ORIGIN_KEY = "chronon_origin"
 READY_PING_SECONDS = 2.0  # /readyz: a database slower than this to answer SELECT 1 is down
+#: How long a write round may hold SQLite's one write lock, about (``Writer.round_seconds``):
+#: the lease's renewals and the API's own writes wait for it, and SQLite gives up after 5 s.
+SQLITE_ROUND_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,9 +356,13 @@ class ProxyService:
             if not self._use_lease:
                 await self._lead(None)
                 return
+            # SQLite has one writer at a time: a renewal takes its turn with the write rounds
+            # (the writer's lock), where polling SQLite's lock against back-to-back rounds lost.
+            turns = self._lock if store.engine.dialect.name == "sqlite" else None
             leader = self._leader = Leader(
-                _LeasesOnLoop(loop_store, host), holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
-                on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall)
+                _LeasesOnLoop(loop_store, host, turns), holder_id(), LeaseTiming.of(s.chronon_seconds, s.lease_ttl_seconds),
+                on_elected=self._take_over, on_deposed=self._step_down, wall=self._wall,
+                patient=turns is not None)
             if not self._campaign:
                 leader.seen = await store.current_lease(LOOP_LEASE)
                 await self._stand_by()
@@ -446,9 +453,11 @@ class ProxyService:
         runtime = Runtime(clock, models=FeedUpdateModels(self._update_model_settings
                                                          or update_model_settings(clock.length)))
         leader = self._leader
+        sqlite = loop_store.engine.dialect.name == "sqlite"
         writer = Writer(loop_store, self.metrics, guard=leader.holds if leader is not None else None,
                         on_resolved=self._resolved_elsewhere, fence=lease, max_batches=s.write_buffer_batches,
                         max_bytes=s.write_buffer_bytes,
+                        round_seconds=SQLITE_ROUND_SECONDS if sqlite else None,
                         lock=self._lock,
                         fault=fault_hook(s.test_faults))
         collected = await store.collect_unregistered_feeds()
@@ -1266,20 +1275,33 @@ async def _open_prober(s: Settings) -> Prober:
 
 @dataclass(frozen=True, slots=True)
 class _LeasesOnLoop:
-    """The lease's statements run on the chronon loop's event loop with its store: they take
-    turns with the writer's rounds there (on SQLite, a renewal from another thread waited
-    for the writer's lock past the lease's TTL), and no API handler delays them. The
-    :class:`Leader` itself stays on the API's event loop, with the service it drives."""
+    """The lease's statements run on the chronon loop's event loop with its store, where no
+    API handler delays them. The :class:`Leader` itself stays on the API's event loop, with
+    the service it drives.
+
+    ``turns``: on SQLite, the writer's lock. SQLite takes one writer at a time and makes the
+    others poll for its lock (sleeping longer each time they find it taken): after a restore
+    of 100,000 profiles the writer's rounds followed each other for tens of seconds, each
+    renewal found the lock taken until its 5 s busy timeout, and the process lost its lease
+    on a quiet machine. Under the writer's lock a renewal waits for one round at most, in
+    turn. (PostgreSQL's renewals do not wait for the rounds: ``None``.)"""
 
     store: Store
     host: LoopHost
+    turns: asyncio.Lock | None = None
 
     async def acquire_lease(self, name: str, holder: str, *, now: dt.datetime,
                             ttl: float) -> Lease | None:
         return await self.host.run(self.store.acquire_lease(name, holder, now=now, ttl=ttl))
 
     async def renew_lease(self, lease: Lease, *, now: dt.datetime, ttl: float) -> Lease | None:
-        return await self.host.run(self.store.renew_lease(lease, now=now, ttl=ttl))
+        async def renew() -> Lease | None:
+            if self.turns is None:
+                return await self.store.renew_lease(lease, now=now, ttl=ttl)
+            async with self.turns:
+                return await self.store.renew_lease(lease, now=now, ttl=ttl)
+
+        return await self.host.run(renew())
 
     async def release_lease(self, lease: Lease, *, now: dt.datetime) -> bool:
         return await self.host.run(self.store.release_lease(lease, now=now))
