@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from proxy.api._cache import ProfilePages
 from proxy.api.paging import encode_cursor
-from proxy.service._profile_changes import ProfileChanged, ProfileChanges
+from proxy.service import ProfileChanged, ProfileChanges
 from proxy.store import Profile, Rule
 from tests.test_api import Api, _feeds, api  # noqa: F401  (api is a fixture)
 from tests.test_e2e_support import motivating

@@ -22,7 +22,7 @@ process's own creates and replaces amend them in memory instead of making them
 be read again (issue 24.4: with one request in five a create, every listing
 was a rebuild of 100 profiles from the database, most of the mixed phase's
 CPU). A page is read while no change of that user is in flight
-(:meth:`~proxy.service._profile_changes.ProfileChanges.quiet`), so it holds
+(:meth:`~proxy.service.ProfileChanges.quiet`), so it holds
 exactly the changes announced before it, and each one announced after is
 applied to it once: the page a client reads after its create holds the profile
 and counts it. A delete drops the user's pages (the page would need the row
@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 
 from proxy.api.paging import Page, encode_cursor, next_url
 from proxy.api.schemas import ProfileOut
-from proxy.service._profile_changes import ProfileChanged, ProfileChanges
+from proxy.service import ProfileChanged, ProfileChanges
 from proxy.store import Profile
 
 __all__ = ["ProfilePages", "ResponseCache", "TtlMap"]

@@ -5,8 +5,10 @@ Public: :class:`ProxyService` (the facade the API calls), :class:`ServiceStatus`
 """
 
 from proxy.service import health
+from proxy.service._profile_changes import ProfileChanged, ProfileChanges
 from proxy.service.clock import ChrononClock
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.service import ProxyService, ServiceStatus, fetcher_settings
 
-__all__ = ["ChrononClock", "ProxyService", "ServiceMetrics", "ServiceStatus", "fetcher_settings", "health"]
+__all__ = ["ChrononClock", "ProfileChanged", "ProfileChanges", "ProxyService", "ServiceMetrics",
+           "ServiceStatus", "fetcher_settings", "health"]
