@@ -12,7 +12,7 @@ import pytest
 
 from proxy.core.engine import CeiState
 from proxy.rules import ChrononGrid, OpenCei, ProfileSpec, RevealEi, SealCei, TriggerEvaluator
-from proxy.rules.updates import estimate_update_chronon
+from proxy.rules.updates import estimate_update_chronon, update_chronons
 from tests.test_rules_engine import FEEDS, Entry, Proxy
 
 GRID = ChrononGrid(datetime(2026, 1, 5, tzinfo=UTC), 60.0)
@@ -43,6 +43,20 @@ def at(t: float) -> datetime:
 )
 def test_estimate_update_chronon(published: list[datetime | None], previous: int, probe: int, expected: int) -> None:
     assert estimate_update_chronon(published, previous, probe, GRID) == expected
+
+
+@pytest.mark.parametrize(
+    ("published", "expected"),
+    [
+        ([at(17), at(12.2), None, at(12.7)], [12, 17]),  # distinct chronons, ascending, undated left out
+        ([at(8), at(11.5)], [11]),  # cache lag clips onto the first chronon: one change
+        ([datetime(1, 1, 1, tzinfo=UTC), at(19), at(24)], [19, 20]),  # junk ignored, the future clipped
+        ([None], [16]),  # no usable date: the midpoint alone
+    ],
+)
+def test_update_chronons_lists_each_dated_change(published: list[datetime | None], expected: list[int]) -> None:
+    assert update_chronons(published, 10, 20, GRID) == expected
+    assert estimate_update_chronon(published, 10, 20, GRID) == expected[0]
 
 
 def test_estimate_needs_a_probe_after_the_previous_success() -> None:
@@ -138,6 +152,100 @@ def test_watch_rule_over_two_feeds_that_never_ping_is_captured_by_probes() -> No
         CeiState.CAPTURED,
     ]
     assert px.engine.pending_ceis == 0
+
+
+def test_a_probe_whose_changes_straddle_a_watch_ceis_start_advances_it_with_the_later_one() -> None:
+    """AuctionWatch takes each feed's first update after the previous CEI's last start, not the probe's first."""
+    px = _proxy([{"name": "w", "watch": {"feeds": ["A", "B"], "within": "5m"}}])
+    script: dict[int, dict[int, list[Entry] | None]] = {
+        0: {A: [], B: []},  # baselines
+        4: {A: [Entry(title="a1", published=at(3.5))]},  # A@3: CEI 0's first EI [3, 8]
+        10: {B: [Entry(title="b1", published=at(9.5))]},  # B@9: CEI 0 = A@3, B@9, captured; CEI 1 starts after 9
+        # A changed at 5 (before CEI 1's start: CEI 0 already has A) and at 11: CEI 1 takes A@11.
+        12: {A: [Entry(title="a2", published=at(5.5)), Entry(title="a3", published=at(11.5))]},
+        14: {B: [Entry(title="b2", published=at(13.5))]},  # B@13: CEI 1 = A@11, B@13, captured
+    }
+    for t in range(20):
+        px.chronon(t, script.get(t, {}))
+    assert [px.engine.state(f"p/0:{i}") for i in range(2)] == [CeiState.CAPTURED, CeiState.CAPTURED]
+    assert px.engine.pending_ceis == 0
+
+
+def test_one_probe_can_complete_a_watch_cei_and_begin_the_next() -> None:
+    px = _proxy([{"name": "w", "watch": {"feeds": ["A", "B"], "within": "5m"}}])
+    script: dict[int, dict[int, list[Entry] | None]] = {
+        0: {A: [], B: []},
+        4: {B: [Entry(title="b1", published=at(3.5))]},  # B@3: CEI 0's first EI
+        # A changed at 5 (completes CEI 0: A@5, B@3) and at 8, after CEI 0's last start: CEI 1's A EI.
+        9: {A: [Entry(title="a1", published=at(5.5)), Entry(title="a2", published=at(8.5))]},
+        11: {B: [Entry(title="b2", published=at(10.5))]},  # B@10 completes CEI 1 (A@8, B@10)
+    }
+    for t in range(16):
+        px.chronon(t, script.get(t, {}))
+    assert [px.engine.state(f"p/0:{i}") for i in range(2)] == [CeiState.CAPTURED, CeiState.CAPTURED]
+    assert px.engine.pending_ceis == 0
+
+
+def _installed_at(since: int, rules: list[dict[str, object]]) -> Proxy:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": rules}), FEEDS, since=since)
+    return Proxy(ev)
+
+
+def test_a_feeds_first_probe_counts_the_changes_dated_since_the_rule_was_installed() -> None:
+    """The backlog before the install is history; what was published after it is what the rule waited for."""
+    px = _installed_at(10, [{"name": "w", "watch": {"feeds": ["A", "B"], "within": "5m"}}])
+    script: dict[int, dict[int, list[Entry] | None]] = {
+        # A's first document: two old entries (one undated) and one published at 13, after the install.
+        16: {A: [Entry(title="old", published=at(2.5)), Entry(title="undated"),
+                 Entry(title="a1", published=at(13.5))]},  # A@13: EI [13, 18], captured by this very probe
+        17: {B: [Entry(title="b1", published=at(15.2))]},  # B@15: CEI 0 = A@13, B@15, captured
+        30: {A: [Entry(title="a2", published=at(29.5))]},  # then as before: (16, 30]
+        31: {B: [Entry(title="b2", published=at(30.5))]},
+    }
+    for t in range(10, 35):
+        px.chronon(t, script.get(t, {}))
+    assert [px.engine.state(f"p/0:{i}") for i in range(2)] == [CeiState.CAPTURED, CeiState.CAPTURED]
+    assert px.engine.pending_ceis == 0
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [Entry(title="old", published=at(9.9))],  # just before the install: backlog, not cache lag
+        [Entry(title="undated")],  # nothing says when
+        [Entry(title="junk", published=datetime(1, 1, 1, tzinfo=UTC))],
+        [Entry(title="far ahead", published=at(16 + 500))],
+    ],
+)
+def test_a_first_probe_with_nothing_dated_since_the_install_is_a_baseline(entries: list[Entry]) -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS, since=10)
+    assert ev.on_probe(MISH, 16, True, entries) == []
+
+
+def test_an_on_update_triggers_first_probe_opens_a_cei_for_a_change_since_its_install() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS, since=10)
+    backlog = [Entry(title="oil, old", published=at(3)), Entry(title="oil", published=at(14.5)),
+               Entry(title="oil again", published=at(15.5))]
+    # The first change since the install (14) opens [14, 17] and this probe, inside it, decides it.
+    assert ev.on_probe(MISH, 16, True, backlog) == [
+        OpenCei("p/0:0", "p", "p/0", ((MISH, 14, 17),), sealed=False),
+        RevealEi("p/0:0", CNN, 16, 26, seal=True),
+    ]
+    # Without a known install chronon (rules restored from before it was kept) the backlog says nothing.
+    unknown = TriggerEvaluator(GRID)
+    unknown.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS)
+    assert unknown.on_probe(MISH, 16, True, backlog) == []
+
+
+def test_a_ping_since_the_install_already_told_the_rule_of_the_first_probes_change() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS, since=10)
+    assert ev.on_notification(MISH, 14) == [OpenCei("p/0:0", "p", "p/0", ((MISH, 14, 17),), sealed=False)]
+    ops = ev.on_probe(MISH, 16, True, [Entry(title="oil", published=at(14.5))])
+    assert not any(isinstance(op, OpenCei) for op in ops)
 
 
 def test_a_ping_for_one_user_leaves_the_others_to_the_probe() -> None:

@@ -71,7 +71,7 @@ from proxy.rules.ports import (
 )
 from proxy.rules.schemas import ProfileSpec, RuleSpec
 from proxy.rules.update_models import FeedUpdateModels
-from proxy.rules.updates import estimate_update_chronon
+from proxy.rules.updates import changes_since, update_chronons
 
 if TYPE_CHECKING:
     from apscheduler.triggers.cron import CronTrigger
@@ -617,14 +617,20 @@ class TriggerEvaluator:
            probe (``previous_success``, the chronon it counted for) mean the
            feed changed in ``(previous_success, started]``: at the chronon
            :func:`estimate_update_chronon` gives, the feed's ``on: update``
-           triggers open their CEI and its watch rules advance, exactly as a
-           ping at that chronon would (:meth:`on_notification`). This probe captures the EIs it
+           triggers open their CEI, exactly as a ping at that chronon would
+           (:meth:`on_notification`). Its watch rules advance at each distinct
+           change the entries' dates show (:func:`update_chronons`, in order):
+           a rule whose current CEI began inside the interval takes the first
+           change after that start, and a change that completes a CEI can
+           begin the next. This probe captures the EIs it
            opened when it falls inside them; a change found later than the
            rule's window makes its CEI missed, as it was. A ping received in
            that interval already announced the change: the probe confirms it
            and adds nothing (they count once). Without ``previous_success``
            (the feed's first successful probe) the entries are its backlog,
-           not a change.
+           not a change, except those dated at or after a rule's install
+           (``since``): changes the rule was waiting for
+           (:meth:`_first_probe_updates`).
         2. **Decisions.** For each rule triggered by this feed, the open CEIs
            whose trigger window contains ``started_chronon`` are decided: if
            the condition holds on ``new_entries``, the query EIs join
@@ -638,13 +644,21 @@ class TriggerEvaluator:
         ops: list[Op] = []
         if new_entries and previous_success is not None and previous_success < started_chronon:
             a, b = previous_success, started_chronon
-            u = estimate_update_chronon((e.published for e in new_entries), a, b, self.clock)
+            times = update_chronons((e.published for e in new_entries), a, b, self.clock)
             for rule_id in self._by_resource.get(resource, ()):
                 pinged = self._pinged.get(rule_id, {}).get(resource)
-                if self._before_rule(rule_id, u):
-                    continue  # an update from before the rule existed is not the rule's
-                if pinged is None or not a < pinged <= b:  # a ping already told this rule
-                    ops.extend(self._rule_update(rule_id, resource, u))
+                if pinged is not None and a < pinged <= b:
+                    continue  # a ping already told this rule
+                if rule_id in self._watch_state:
+                    # Each dated change in turn: AuctionWatch takes the first one after the
+                    # current CEI's start, and a change that completes a CEI may begin the next.
+                    for u in times:
+                        if not self._before_rule(rule_id, u):  # not from before the rule existed
+                            ops.extend(self._rule_update(rule_id, resource, u))
+                elif not self._before_rule(rule_id, times[0]):
+                    ops.extend(self._rule_update(rule_id, resource, times[0]))
+        elif new_entries and previous_success is None:
+            ops.extend(self._first_probe_updates(resource, started_chronon, new_entries))
         prepared: list[_Prepared] | None = None
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
@@ -674,6 +688,31 @@ class TriggerEvaluator:
                     ops.extend(self._query_eis(rule, cei_id, started_chronon))
                 else:
                     ops.append(SealCei(cei_id))
+        return ops
+
+    def _first_probe_updates(self, resource: int, started: int, new_entries: Sequence[EntryLike]) -> list[Op]:
+        """What a feed's first successful probe says to each rule: the changes dated since the rule's install.
+
+        The document is the feed's backlog, but an entry dated at or after the
+        chronon a rule was installed in (``since``) is a change the rule waited
+        for (:func:`changes_since`): its ``on: update`` triggers open a CEI at
+        the first one, and its watch rules advance at each, in order, exactly
+        as if an earlier probe had found them. Without ``since`` (unknown),
+        or with no entry dated since, the backlog says nothing. A ping since
+        the install already told the rule.
+        """
+        ops: list[Op] = []
+        published = [e.published for e in new_entries]
+        for rule_id in self._by_resource.get(resource, ()):
+            state = self._trigger_state.get(rule_id) or self._watch_state.get(rule_id)
+            if state is None or state.since is None:
+                continue
+            times = changes_since(published, state.since, started, self.clock)
+            pinged = self._pinged.get(rule_id, {}).get(resource)
+            if not times or (pinged is not None and state.since <= pinged <= started):
+                continue
+            for u in times if rule_id in self._watch_state else times[:1]:
+                ops.extend(self._rule_update(rule_id, resource, u))
         return ops
 
     def on_notification(

@@ -1,7 +1,9 @@
 """When did a feed change? The update time a probe discovered.
 
 A probe that finds new entries saw that the feed changed some time after the
-previous successful probe: :func:`estimate_update_chronon` dates that change.
+previous successful probe: :func:`estimate_update_chronon` dates that change,
+and :func:`update_chronons` lists every distinct change its dates show (a watch
+rule whose CEI began inside the interval wants the first one after that start).
 When feeds change in general (what sizes ``overwrite`` lives and spends the
 background budget) is :mod:`proxy.rules.update_models`.
 """
@@ -13,7 +15,7 @@ from datetime import datetime
 
 from proxy.rules.ports import ChrononMapping
 
-__all__ = ["estimate_update_chronon"]
+__all__ = ["changes_since", "estimate_update_chronon", "update_chronons"]
 
 
 def estimate_update_chronon(
@@ -35,13 +37,49 @@ def estimate_update_chronon(
     it was timely, seldom the reverse. The midpoint is the mean arrival time of
     one memoryless update in the interval, the unbiased guess without a date.
     """
+    return update_chronons(published, previous, probe, clock)[0]
+
+
+def update_chronons(
+    published: Iterable[datetime | None], previous: int, probe: int, clock: ChrononMapping
+) -> list[int]:
+    """Every distinct chronon the new entries date a change at, ascending; never empty.
+
+    The dates :func:`estimate_update_chronon` reads, each clipped into
+    ``(previous, probe]`` the same way and junk ignored the same way; its
+    estimate is the first of them. With no usable date the list is the
+    midpoint alone. Several entries dated inside one interval are several
+    changes: a watch rule whose current CEI began after the first of them
+    takes the first one after its start (AuctionWatch), and one probe can
+    complete a CEI and begin the next.
+    """
     if probe <= previous:
         raise ValueError(f"the probe at {probe} must come after the previous success at {previous}")
     lo, hi = previous + 1, probe
     span = hi - lo + 1
-    usable = [
+    usable = {
         min(max(c, lo), hi)
         for c in (clock.chronon_at(p) for p in published if p is not None)
         if lo - span <= c <= hi + span
-    ]
-    return min(usable) if usable else (lo + hi + 1) // 2
+    }
+    return sorted(usable) if usable else [(lo + hi + 1) // 2]
+
+
+def changes_since(published: Iterable[datetime | None], since: int, probe: int, clock: ChrononMapping) -> list[int]:
+    """The distinct chronons at or after ``since`` that a feed's first successful probe dates changes at.
+
+    The first document of a feed is its backlog: an entry dated before
+    ``since`` (the chronon a rule was installed in) is history, but one dated
+    at or after it is a change that happened while the rule existed, which the
+    rule would have seen had the feed been probed earlier. Unlike
+    :func:`update_chronons` nothing is clipped up to ``since`` (a date just
+    before it is backlog, not cache lag) and an undated entry says nothing, so
+    the list may be empty. A date ahead of the probe by no more than
+    ``probe - since + 1`` chronons is clipped to the probe; further ahead it
+    is junk.
+    """
+    if probe < since:
+        return []
+    span = probe - since + 1
+    dated = (clock.chronon_at(p) for p in published if p is not None)
+    return sorted({min(c, probe) for c in dated if since <= c <= probe + span})
