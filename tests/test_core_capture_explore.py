@@ -271,6 +271,68 @@ def test_pooled_rates_refuse_bad_evidence(updates: list[float], exposure: list[f
         pooled_rates(updates, exposure, strength)
 
 
+def test_a_record_unprobed_for_long_fades_toward_the_pool_and_its_optimism_returns() -> None:
+    # Ten feeds with 4 updates in 200 chronons each, one with none in 200: the pool's rate is
+    # 41/2201 per chronon, so with fade 2 the silent feed's record halves every 2/m = 107 chronons.
+    n, t = [4.0] * 10 + [0.0], [200.0] * 11
+    fresh = pooled_rates(n, t, 8.0, 2.0)
+    m = 41 / 2201
+    half = 2 / m
+    assert pooled_rates(n, t, 8.0, 2.0, unseen=[0.0] * 11, fade=2.0) == pytest.approx(fresh)
+    assert pooled_rates(n, t, 8.0, 2.0, unseen=[half * 100] * 11, fade=math.inf) == pytest.approx(fresh)
+    # Faded by exactly half: the same as a record of half the updates over half the exposure.
+    halved = pooled_rates(n, t, 8.0, 2.0, unseen=[0.0] * 10 + [half], fade=2.0)
+    assert halved[10] == pytest.approx(gamma_upper(8.0, 8.0 / m + 100.0, 2.0), rel=1e-3)
+    assert halved[:10] == pytest.approx(fresh[:10])  # the pool is the unfaded records'
+    # Rising while nobody looks, toward an unknown feed's rate (the pool's, at the upper quantile).
+    path = [pooled_rates(n, t, 8.0, 2.0, unseen=[0.0] * 10 + [k * half], fade=2.0)[10] for k in range(8)]
+    assert path == sorted(path) and path[0] < fresh[0] < path[-1]
+    assert path[-1] == pytest.approx(gamma_upper(8.0, 8.0 / m, 2.0), rel=0.01)
+
+
+@pytest.mark.parametrize(("unseen", "fade", "match"), [([1.0], 2.0, "one finite value"), ([-1.0, 0.0], 2.0, ">= 0"),
+                                                       ([math.nan, 0.0], 2.0, "finite"), ([0.0, 0.0], 0.0, "fade"),
+                                                       ([0.0, 0.0], math.nan, "fade")])
+def test_pooled_rates_refuse_bad_fading(unseen: list[float], fade: float, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        pooled_rates([1.0, 2.0], [10.0, 10.0], 8.0, 2.0, unseen=unseen, fade=fade)
+
+
+@pytest.mark.parametrize("fade", [math.inf, "service"])
+def test_a_feed_starved_for_looking_slow_is_probed_again_and_found_fast(fade: float | str) -> None:
+    """Eleven feeds fill the budget's frequencies; the twelfth was silent, then updates every 5 chronons.
+
+    The loop's inputs, simulated: each probe's document dates every update since the previous probe
+    (up to 20), which is the feed's record; rates are pooled and faded as ``ChrononLoop._background``
+    does. Without fading, the silent feed is never probed again and its 180 updates go unseen.
+    """
+    from proxy.service.loop import EVIDENCE_FADE, OPTIMISM_Z, POOL_STRENGTH
+
+    fade_by = EVIDENCE_FADE if fade == "service" else float(fade)
+    horizon, change = 1200, 300
+    ups = [list(range(7 + 3 * i, horizon, 40)) for i in range(11)] + [list(range(change, horizon, 5))]
+    n, exposure = [0.0] * 12, [0.0] * 12
+    last: list[int | None] = [None] * 12
+    probes: list[list[int]] = [[] for _ in range(12)]
+    alloc = service_allocator()
+    for now in range(horizon):
+        unseen = [0.0 if at is None else float(now - at) for at in last]
+        rate = pooled_rates(n, exposure, POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=fade_by)
+        for r in alloc.pick(1, now, list(range(12)), last, rate, [1.0] * 12, 10):
+            before = last[r]
+            if before is not None:
+                n[r] += min(20, sum(1 for u in ups[r] if before < u <= now))
+                exposure[r] += now - before
+            last[r] = now
+            probes[r].append(now)
+    caught = sum(any(u <= p <= u + 10 for p in probes[11]) for u in ups[11])
+    if fade == "service":
+        assert caught >= 150  # found within a few dozen chronons, then funded in full: 170 of 180 when written
+        assert min(p for p in probes[11] if p > change) < change + 100
+    else:
+        assert caught == 0 and max(probes[11], default=0) < change
+
+
 def service_allocator() -> CaptureExplore:
     """The loop's configuration (proxy.service.loop): no explore share, capture-optimal frequencies."""
     from proxy.service.loop import EXPLORE_SHARE, LEVEL_EXPONENT

@@ -233,7 +233,7 @@ def gamma_upper(shape: float, rate: float, z: float) -> float:
 
 
 def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: float,
-                 z: float = 0.0) -> list[float]:
+                 z: float = 0.0, unseen: Sequence[float] | None = None, fade: float = math.inf) -> list[float]:
     """Each feed's rate per chronon from its evidence, shrunk toward the pool's (empirical Bayes).
 
     Feed ``i`` saw ``updates[i]`` updates (a censored interval counts as one)
@@ -246,6 +246,17 @@ def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: 
     the median, ``z > 0`` optimistic about a feed seen little). A feed with no
     evidence gets the pool's rate, one with many updates its own
     ``updates / exposure``.
+
+    ``unseen[i]`` (chronons since feed ``i``'s record was last refreshed: its
+    last successful probe) fades the record while nobody looks: it counts
+    ``2^(−unseen[i] · m / fade)``, half as much once the pool's feeds would
+    have updated ``fade`` times on average (``fade = inf``: never). The rate
+    the record says stays, its weight against the pool shrinks, and the
+    optimism of a feed seen little comes back. So a feed the allocation
+    starved because its record looked slow is, sooner or later, worth a probe
+    again (a revisit floor that follows the feeds' pace, whatever the
+    chronon's length), and a feed whose rhythm changed is found out. ``m`` is
+    the pool's rate over the unfaded records.
 
     Why the pool rather than a fixed prior: the prior must be on the scale of
     the feeds compared, whatever the chronon's length (the update models'
@@ -261,9 +272,18 @@ def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: 
         raise ValueError(f"strength must be finite and > 0 and z finite (got {strength}, {z})")
     if not (np.isfinite(n).all() and np.isfinite(t).all()) or (n < 0).any() or (t < 0).any():
         raise ValueError("updates and exposure must be finite and >= 0")
+    if not fade > 0 or math.isnan(fade):
+        raise ValueError(f"fade must be > 0 (inf: records never fade), got {fade}")
     if n.size == 0:
         return []
     pool = (float(n.sum()) + 1.0) / (float(t.sum()) + 1.0)
+    if unseen is not None and math.isfinite(fade):
+        age = np.asarray(unseen, dtype=np.float64)
+        if age.shape != n.shape or not np.isfinite(age).all() or (age < 0).any():
+            raise ValueError("unseen must have one finite value >= 0 per feed")
+        weight = np.exp2(-age * (pool / fade))
+        n = n * weight
+        t = t * weight
     shape = strength + n
     rate = strength / pool + t
     # gamma_upper, vectorised (Wilson–Hilferty).

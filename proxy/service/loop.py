@@ -95,6 +95,17 @@ OPTIMISM_Z = 2.0
 little keeps a chance of probes without a floor of stalest-first probes. In the replica
 z = 1 and 2 were within noise; 2 was already the service's."""
 
+EVIDENCE_FADE = 2.0
+"""How fast a feed's record fades while nobody probes it (``pooled_rates``' ``fade``): it
+counts half once the waited-for feeds would have updated twice on average since the feed's
+last successful probe. A feed the frequencies starved because its record looked slow thus
+comes back (as an unknown feed would: the pool's rate, optimistically) and its next
+document shows whether its rhythm changed: a revisit floor at the feeds' own pace, with no
+share of the budget set aside. In the replica 0.5 to 16 were within noise of no fade on the
+bench's traces (stationary within a run); in ``tests/test_core_capture_explore.py`` a feed
+silent for 300 chronons that then updates every 5 is never probed again without it.
+"""
+
 EXPLORE_SHARE = 0.0
 """The spare budget's share for the stalest watched feeds (``CaptureExplore``'s ``epsilon``).
 0: a probe's document dates the feed's past entries, so a feed's rate is learnt from any
@@ -290,7 +301,8 @@ class ChrononLoop:
         greedy index. Rates: each feed's record in its update model (updates over
         covered time, ``FeedSlot.evidence``) pooled with the other waited-for
         feeds' (``pooled_rates``: ``POOL_STRENGTH`` pseudo-updates of their rate),
-        at the posterior's upper ``OPTIMISM_Z`` quantile. Weights: what finding
+        at the posterior's upper ``OPTIMISM_Z`` quantile, each record faded by the
+        time since the feed's last success (``EVIDENCE_FADE``). Weights: what finding
         each feed's next update in time is worth to the rules waiting for it
         (``TriggerEvaluator.update_weights``: a watch rule's worth spread over the
         feeds its CEI still lacks, a quarter of it once that CEI is missed);
@@ -321,7 +333,8 @@ class ChrononLoop:
             exposure.append(seconds / length)
             weight.append(worth)
             shape.append(slot.shape)
-        rate = pooled_rates(updates, exposure, POOL_STRENGTH, OPTIMISM_Z)
+        unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last]
+        rate = pooled_rates(updates, exposure, POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape)
 
     def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
