@@ -13,7 +13,8 @@ over many traces in seconds:
   probes, in seconds of 0.3 s chronons, dates in whole seconds as the feed
   farm serves them, merged within a chronon as the service's models do:
   ``update_model_settings``), pooled over the waited-for feeds
-  (``pooled_rates``, the loop's ``POOL_STRENGTH`` and ``OPTIMISM_Z``), the
+  (``pooled_rates``, the loop's ``POOL_STRENGTH`` and ``OPTIMISM_Z``, each
+  record faded by the time since the feed's last probe, ``EVIDENCE_FADE``), the
   models' cycles (``FeedSlot.shape``), the frequencies' trust in the rates
   (``LEVEL_EXPONENT``) and the explore share (``EXPLORE_SHARE``), and the
   weights of ``TriggerEvaluator.update_weights`` (a watch rule's worth spread
@@ -63,7 +64,13 @@ from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
 from proxy.service._feeds import update_model_settings
-from proxy.service.loop import EXPLORE_SHARE, LEVEL_EXPONENT, OPTIMISM_Z, POOL_STRENGTH
+from proxy.service.loop import (
+    EVIDENCE_FADE,
+    EXPLORE_SHARE,
+    LEVEL_EXPONENT,
+    OPTIMISM_Z,
+    POOL_STRENGTH,
+)
 from proxy.service.predicted import Predicted, PredictedProbes
 
 LENGTH = 0.3  # seconds per chronon, as the live bench
@@ -75,7 +82,7 @@ CHRONONS, WINDOW, DAYS = 200, 10, 14
 def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_exponent: float = LEVEL_EXPONENT,
            predicted: str = "off", share: float = 1.0, length: float = LENGTH,
            kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH, explore: float = EXPLORE_SHARE,
-           seed: int = 1) -> tuple[float, float, float, int]:
+           seed: int = 1, fade: float = EVIDENCE_FADE) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -121,21 +128,25 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         waits = {r: w for r, w in weight.items() if w > 0}
         first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
         feeds = [r for r in watched if r in waits and r not in first]
-        rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z)
+        rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
+                            unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
         picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
                                         [waits[r] for r in feeds], WINDOW, shape=[shapes[r] for r in feeds])
         for r in picked:
             probes.append(ProbeRec(r, t, float(t), True))
             at = ORIGIN + t * length
             before = last[r]
-            found = [] if before is None else [u for u in ups[r] if before < u <= t]
+            # The first probe's changes are those dated since the rules' install (before chronon 0):
+            # TriggerEvaluator._first_probe_updates.
+            found = [u for u in ups[r] if (before is None or before < u) and u <= t]
             if before is not None:
                 models.observe_probe(r, last_at[r], at, len(found), [dated(u) for u in found])
-                for i in rules_of[r] if found else ():
-                    if found[0] <= prev[i] or r in covered[i]:
+            for i in rules_of[r] if found else ():
+                for u in found:  # each change in turn, as TriggerEvaluator.on_probe (update_chronons)
+                    if u <= prev[i] or r in covered[i]:
                         continue
-                    alive[i] = alive[i] and t <= found[0] + WINDOW
-                    covered[i][r] = found[0]
+                    alive[i] = alive[i] and t <= u + WINDOW
+                    covered[i][r] = u
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
             models.observe_document(r, at, [dated(u) for u in ups[r] if u <= t][-20:])
@@ -175,6 +186,9 @@ def main() -> None:
                         help=f"pseudo-updates of the pool's rate to compare (default {POOL_STRENGTH:g})")
     parser.add_argument("--explore", type=float, action="append",
                         help=f"stalest-first shares of the budget to compare (default {EXPLORE_SHARE:g})")
+    parser.add_argument("--fade", type=float, default=EVIDENCE_FADE,
+                        help=f"pool updates per halving of an unprobed feed's record (default {EVIDENCE_FADE:g}; "
+                             "inf: records never fade)")
     parser.add_argument("--predicted", action="append",
                         help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
                              "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
@@ -199,7 +213,7 @@ def main() -> None:
         for k, (z, e, pool, explore, _, mode, share, kinds) in enumerate(columns):
             live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e, mode, share,
                                      args.chronon_seconds, kinds, pool=pool, explore=explore,
-                                     seed=int(seed[0]) if seed else 1)
+                                     seed=int(seed[0]) if seed else 1, fade=args.fade)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
         label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
