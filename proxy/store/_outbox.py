@@ -223,7 +223,7 @@ class Outbox(AccountsAndFeeds):
         for n, (cei_id, event_id) in enumerate(zip(todo, event_ids, strict=True), 1):
             if n % 100 == 0:
                 # A round after a restart resolves a thousand CEIs and more: let the lease's
-                # renewal and the chronon loop run between documents (each costs ~0.5 ms).
+                # renewal and the chronon loop run every 100 documents (about 0.14 ms each, so ~14 ms).
                 await asyncio.sleep(0)
             doc = self._document(
                 event_id, now, resolved[cei_id], ceis[cei_id], eis[cei_id], urls, entries, failures
