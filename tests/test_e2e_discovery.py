@@ -175,3 +175,49 @@ async def test_update_models_are_learnt_shown_and_restored_after_a_restart(datab
                 # The background ranking's rates come back too, not 0 until each feed's next probe.
                 slot = again.runtime.feeds.by_id[i]
                 assert slot.mean_rate * 3600 == pytest.approx(saved.rate_per_hour, rel=0.05)
+
+
+async def test_a_change_published_before_a_feeds_first_successful_probe_reaches_the_watch_rule(
+    database_url: str,
+) -> None:
+    """Both feeds publish after the rule is made, before their first probe: the first documents carry the change.
+
+    With a budget of 1, forty other waited-for feeds registered earlier take their first
+    probes before ``a`` and ``b`` (never-probed feeds go by id): two seconds in which ``a``
+    and ``b`` publish. Their first successful probes are baselines for the backlog (the
+    prefilled entries, older than the rule) but not for the bids published since the rule's
+    install: the watch rule's CEI is built from them and captured by those very probes.
+    """
+    settings = e2e_settings(database_url, budget=1, policy="adm-edf")
+    fillers = [f"f{i}" for i in range(40)]
+    async with FeedFarm([*fillers, "a", "b"], prefill=3) as farm, running(settings) as px:
+        ids = {}
+        for name in [*fillers, "a", "b"]:
+            r = await px.post("/api/v1/feeds", {"url": farm.url(name)})
+            assert r.status_code == 201, r.text
+            ids[name] = r.json()["id"]
+        rules = [{"name": f"w{i}", "watch": {"feeds": [str(ids[fillers[2 * i]]), str(ids[fillers[2 * i + 1]])],
+                                              "within": "60s"}} for i in range(20)]
+        r = await px.post("/api/v1/profiles", {"name": "others", "rules": rules})
+        assert r.status_code == 201, r.text
+        body = {"name": "late first fetch",
+                "rules": [{"name": "both", "watch": {"feeds": [str(ids["a"]), str(ids["b"])], "within": "60s"}}]}
+        r = await px.post("/api/v1/profiles", body)
+        assert r.status_code == 201, r.text
+        pid = r.json()["id"]
+        # Dated as a real feed dates them, on the wall clock (the farm's own dates are on its trace's
+        # calendar, years back: undated, in effect, which a first document cannot place).
+        farm.publish("a", title="bid 1", published=dt.datetime.now(dt.UTC))
+        farm.publish("b", title="bid 2", published=dt.datetime.now(dt.UTC))
+        assert farm.stats("a").requests == farm.stats("b").requests == 0  # not probed yet: the test's premise
+
+        async def captured() -> list[dict[str, Any]]:
+            return await _ceis(px, pid, "captured")
+
+        cei = (await eventually(captured, what="the watch CEI built from the first documents, captured"))[0]
+        assert sorted(ei["feed"] for ei in cei["eis"]) == [ids["a"], ids["b"]]
+        assert all(ei["state"] == "captured" and ei["start"] <= ei["captured_chronon"] <= ei["finish"]
+                   for ei in cei["eis"])
+        assert await _ceis(px, pid, "missed") == []
+        for name in ("a", "b"):  # captured by the feeds' first probes, the ones that saw the bids
+            assert farm.stats(name).requests == 1

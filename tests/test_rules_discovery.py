@@ -12,7 +12,7 @@ import pytest
 
 from proxy.core.engine import CeiState
 from proxy.rules import ChrononGrid, OpenCei, ProfileSpec, RevealEi, SealCei, TriggerEvaluator
-from proxy.rules.updates import estimate_update_chronon, update_chronons
+from proxy.rules.updates import changes_since, estimate_update_chronon, update_chronons
 from tests.test_rules_engine import FEEDS, Entry, Proxy
 
 GRID = ChrononGrid(datetime(2026, 1, 5, tzinfo=UTC), 60.0)
@@ -212,7 +212,7 @@ def test_a_feeds_first_probe_counts_the_changes_dated_since_the_rule_was_install
 @pytest.mark.parametrize(
     "entries",
     [
-        [Entry(title="old", published=at(9.9))],  # just before the install: backlog, not cache lag
+        [Entry(title="old", published=at(9.95))],  # 3 s before the install: backlog, not cache lag
         [Entry(title="undated")],  # nothing says when
         [Entry(title="junk", published=datetime(1, 1, 1, tzinfo=UTC))],
         [Entry(title="far ahead", published=at(16 + 500))],
@@ -222,6 +222,15 @@ def test_a_first_probe_with_nothing_dated_since_the_install_is_a_baseline(entrie
     ev = TriggerEvaluator(GRID)
     ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS, since=10)
     assert ev.on_probe(MISH, 16, True, entries) == []
+
+
+def test_a_date_in_the_installs_own_second_counts_at_the_install() -> None:
+    """Feed dates are whole seconds: an entry published just after the install may read up to 1 s before it."""
+    assert changes_since([at(10) - timedelta(seconds=0.9)], 10, 16, GRID) == [10]
+    assert changes_since([at(10) - timedelta(seconds=1.1)], 10, 16, GRID) == []
+    assert changes_since([at(12.5), at(12.7), at(20)], 10, 16, GRID) == [12, 16]  # 4 ahead: clipped to the probe
+    assert changes_since([at(30)], 10, 16, GRID) == []  # 14 ahead, more than the 7 since the install: junk
+    assert changes_since([at(12.5)], 10, 9, GRID) == []  # a probe before the install sees nothing of it
 
 
 def test_an_on_update_triggers_first_probe_opens_a_cei_for_a_change_since_its_install() -> None:

@@ -11,11 +11,14 @@ background budget) is :mod:`proxy.rules.update_models`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from proxy.rules.ports import ChrononMapping
 
-__all__ = ["changes_since", "estimate_update_chronon", "update_chronons"]
+__all__ = ["DATE_RESOLUTION", "changes_since", "estimate_update_chronon", "update_chronons"]
+
+DATE_RESOLUTION = timedelta(seconds=1)
+"""How coarse a feed's dates are: whole seconds (RFC 822 dates, most Atom feeds)."""
 
 
 def estimate_update_chronon(
@@ -71,9 +74,12 @@ def changes_since(published: Iterable[datetime | None], since: int, probe: int, 
     The first document of a feed is its backlog: an entry dated before
     ``since`` (the chronon a rule was installed in) is history, but one dated
     at or after it is a change that happened while the rule existed, which the
-    rule would have seen had the feed been probed earlier. Unlike
-    :func:`update_chronons` nothing is clipped up to ``since`` (a date just
-    before it is backlog, not cache lag) and an undated entry says nothing, so
+    rule would have seen had the feed been probed earlier. Feed dates carry
+    whole seconds (RFC 822, most Atom feeds), so an entry published in the
+    install's own second may show a date up to :data:`DATE_RESOLUTION` before
+    the install: it counts, at ``since``. Otherwise, unlike
+    :func:`update_chronons`, nothing earlier is clipped up (a date before the
+    install is backlog, not cache lag) and an undated entry says nothing, so
     the list may be empty. A date ahead of the probe by no more than
     ``probe - since + 1`` chronons is clipped to the probe; further ahead it
     is junk.
@@ -81,5 +87,12 @@ def changes_since(published: Iterable[datetime | None], since: int, probe: int, 
     if probe < since:
         return []
     span = probe - since + 1
-    dated = (clock.chronon_at(p) for p in published if p is not None)
-    return sorted({min(c, probe) for c in dated if since <= c <= probe + span})
+    earliest = clock.start_of(since) - DATE_RESOLUTION
+    out: set[int] = set()
+    for p in published:
+        if p is None or p < earliest:
+            continue
+        c = clock.chronon_at(p)
+        if c <= probe + span:
+            out.add(min(max(c, since), probe))
+    return sorted(out)
