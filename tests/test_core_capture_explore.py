@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import gamma, norm
 
-from proxy.core.discovery import CaptureExplore
+from proxy.core.discovery import CaptureExplore, capture_frequencies, coordinated_weights
 from proxy.core.rates import CycleShape, OnlineRates, gamma_upper, pooled_rates
 
 
@@ -333,11 +333,89 @@ def test_a_feed_starved_for_looking_slow_is_probed_again_and_found_fast(fade: fl
         assert caught == 0 and max(probes[11], default=0) < change
 
 
-def service_allocator() -> CaptureExplore:
-    """The loop's configuration (proxy.service.loop): no explore share, capture-optimal frequencies."""
-    from proxy.service.loop import EXPLORE_SHARE, LEVEL_EXPONENT
+# Two users watch the same pair of feeds (0 and 2, a rule each: 1/2 of its worth on each feed), a
+# third watches feed 1 alone (worth 0.9); the budget funds one feed in full (window 0, equal rates).
+PAIR_AND_LONE = [((0, 2), 0.5), ((0, 2), 0.5), ((1,), 0.9)]
+PLAIN = [1.0, 0.9, 1.0]  # the sums of the shares
 
-    return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT)
+
+def test_coordinated_weights_fund_the_lone_rule_when_a_pair_cannot_be_funded_whole() -> None:
+    # Plain weights fund feed 0, whose partner then goes unfunded: each pair CEI is caught only if
+    # feed 2 is caught by chance. Funding feed 1 catches the lone rule's every update instead.
+    assert capture_frequencies([1.0] * 3, PLAIN, 1, 0) == [1.0, 0.0, 0.0]
+    coordinated = coordinated_weights(PAIR_AND_LONE, [0, 1, 2], [1.0] * 3, PLAIN, 1, 0)
+    assert capture_frequencies([1.0] * 3, coordinated, 1, 0) == [0.0, 1.0, 0.0]
+    assert coordinated[1] == pytest.approx(0.9)  # a lone feed's share depends on no partner
+    # Undamped, the rounds swing between the pair's feeds (funding 0 makes 2 look best, and back).
+    swings = [capture_frequencies([1.0] * 3, coordinated_weights(PAIR_AND_LONE, [0, 1, 2], [1.0] * 3, PLAIN, 1, 0,
+                                                                 rounds=k, damping=0.0), 1, 0) for k in (1, 2)]
+    assert swings == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+
+
+def test_the_service_allocation_probes_the_lone_rules_feed_when_rules_are_coordinated() -> None:
+    alloc = service_allocator()
+    plain = CaptureExplore(epsilon=0.0)  # the same, with no groups to coordinate
+    last: list[int | None] = [None] * 3
+    counts, plain_counts = [0, 0, 0], [0, 0, 0]
+    plain_last: list[int | None] = [None] * 3
+    for now in range(200):
+        for r in alloc.pick(1, now, [0, 1, 2], last, [0.1] * 3, PLAIN, 0, groups=lambda: PAIR_AND_LONE):
+            last[r] = now
+            counts[r] += 1
+        for r in plain.pick(1, now, [0, 1, 2], plain_last, [0.1] * 3, PLAIN, 0):
+            plain_last[r] = now
+            plain_counts[r] += 1
+    assert counts[1] >= 190 and plain_counts[1] <= 10, (counts, plain_counts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.lists(st.integers(0, 7), min_size=1, max_size=3, unique=True),
+                       st.sampled_from([0.25, 0.5, 1.0])), min_size=1, max_size=10),
+    st.integers(1, 4),
+    st.integers(0, 5),
+    st.integers(0, 4),
+)
+def test_coordinated_weights_only_discount_a_share_by_its_partners_chances(
+    rules: list[tuple[list[int], float]], budget: int, window: int, rounds: int
+) -> None:
+    groups = [(tuple(feeds), worth / len(feeds)) for feeds, worth in rules]
+    resources = list(range(8))
+    plain = [sum(share for feeds, share in groups if r in feeds) for r in resources]
+    plain[7] += 0.5  # a resource also waited for outside the groups keeps what the groups do not explain
+    rate = [0.05 * (1 + r % 3) for r in resources]
+    out = coordinated_weights(groups, resources, rate, plain, budget, window, rounds=rounds, unfunded=0.3)
+    widest = max(len(feeds) for feeds, _ in groups)
+    for r in resources:
+        in_groups = any(r in feeds for feeds, _ in groups)
+        if rounds == 0 or not in_groups:
+            assert out[r] == pytest.approx(plain[r])
+        else:
+            grouped = sum(share for feeds, share in groups if r in feeds)
+            assert 0.3 ** (widest - 1) * grouped - 1e-9 <= out[r] <= max(plain[r], grouped) + 1e-9
+    single = [((r,), 1.0) for r in resources]  # no rule has a partner: nothing changes
+    assert coordinated_weights(single, resources, rate, [1.0] * 8, budget, window) == pytest.approx([1.0] * 8)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [({"rounds": -1}, "rounds"), ({"unfunded": 0.0}, "unfunded"),
+                                               ({"damping": 1.0}, "damping")])
+def test_coordinated_weights_refuse_bad_settings(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        coordinated_weights(PAIR_AND_LONE, [0, 1, 2], [1.0] * 3, PLAIN, 1, 0, **kwargs)  # type: ignore[arg-type]
+
+
+def service_allocator() -> CaptureExplore:
+    """The loop's configuration (proxy.service.loop): no explore share, capture-optimal frequencies
+    (coordinated by the rules' groups when a test passes them)."""
+    from proxy.service.loop import (
+        COORDINATION_ROUNDS,
+        EXPLORE_SHARE,
+        LEVEL_EXPONENT,
+        UNFUNDED_CATCH,
+    )
+
+    return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT,
+                          coordination_rounds=COORDINATION_ROUNDS, unfunded=UNFUNDED_CATCH)
 
 
 @settings(max_examples=60, deadline=None)

@@ -323,5 +323,10 @@ def test_update_weights_spread_each_rules_worth_over_the_feeds_it_still_waits_fo
     assert dict(ev.update_weights()) == {CNN: DEAD_CEI_WEIGHT, MISH: 1.0}
     ev.on_notification(CNN, 5)  # the missed CEI ends; the next one is not missed yet: full worth again
     assert dict(ev.update_weights()) == {A: third, B: third, CNN: third, MISH: 1.0}
+    # The groups behind the weights (what the coordinated frequencies read): one per waiting rule.
+    assert sorted(ev.update_groups()) == sorted([((A, B, CNN), third), ((MISH,), 1.0)])
+    ev.on_notification(A, 7)
+    assert sorted(ev.update_groups()) == sorted([((B, CNN), 0.5), ((MISH,), 1.0)])
     ev.remove_profile("p")
     assert dict(ev.update_weights()) == {}
+    assert list(ev.update_groups()) == []

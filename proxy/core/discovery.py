@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -36,6 +36,7 @@ __all__ = [
     "RoundRobinWatch",
     "background_probes",
     "capture_frequencies",
+    "coordinated_weights",
     "freshness_frequencies",
     "rank_background",
     "wic_probes",
@@ -256,16 +257,102 @@ def capture_frequencies(rate: Sequence[float], weight: Sequence[float], budget: 
     """
     if window < 0:
         raise ValueError(f"window must be >= 0, got {window}")
-    value = [max(w, 0.0) * max(r, 0.0) for w, r in zip(weight, rate, strict=True)]
+    if len(weight) != len(rate):
+        raise ValueError("rate and weight must have the same length")
+    value = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
+    n = len(value)
     cap = 1.0 / (window + 1)
-    out = [0.0] * len(value)
-    left = float(budget)
-    for i in sorted(range(len(value)), key=lambda i: (-value[i], i)):
-        if left <= 0 or value[i] <= 0:
-            break
-        out[i] = min(cap, left)
-        left -= out[i]
-    return out
+    order = np.lexsort((np.arange(n), -value))  # best first, ties by index
+    # The j-th best gets what is left after j full shares, capped at one: min(cap, budget - j cap).
+    given = np.clip(float(budget) - cap * np.arange(n), 0.0, cap)
+    given[given <= 1e-12 * max(float(budget), 1.0)] = 0.0  # rounding dust is no probe
+    given[value[order] <= 0] = 0.0
+    out = np.zeros(n)
+    out[order] = given
+    return [float(x) for x in out]
+
+
+def coordinated_weights(
+    groups: Iterable[tuple[Sequence[int], float]],
+    resources: Sequence[int],
+    rate: Sequence[float],
+    weight: Sequence[float],
+    budget: float,
+    window: int,
+    *,
+    rounds: int = 3,
+    unfunded: float = 0.3,
+    damping: float = 0.5,
+) -> list[float]:
+    """``weight`` re-spread so that a rule's share on a feed counts the chance its other feeds are caught.
+
+    ``groups``: one ``(feeds, share)`` per waiting rule, ``feeds`` those whose
+    next update it still needs and ``share`` its worth on each (the split
+    behind ``weight``: ``weight[i]`` is the sum of the shares on resource
+    ``i``). A watch rule's CEI is captured only if *every* feed it lacks is
+    caught in time, so a share on a feed whose partners get no probes buys
+    nothing, while :func:`capture_frequencies` on the plain sums funds feeds one
+    by one and often funds one feed of a rule and not its partner. Each round
+    computes the frequencies the current weights give, takes each feed's chance
+    of being caught from them (1 when funded in full, ``unfunded`` plus its
+    share of full funding otherwise: what the fill and the stride's leftovers
+    give a feed the frequencies do not fund), and scales every share by the
+    product of the chances of its rule's *other* feeds; the weights then move
+    ``1 − damping`` of the way to those. A feed not in ``resources`` (blocked,
+    in flight, taken by the engine) counts as caught; a resource in no group
+    keeps its ``weight``. Undamped, the rounds can swing between the two feeds
+    of a pair (each funded alone makes the other look like the one to fund);
+    halfway steps settle instead, on the lone rule's feed when a pair cannot be
+    funded whole (``tests/test_core_capture_explore.py``). A heuristic for the
+    product objective, not its optimum: ``docs/discovery.md`` has the figures.
+
+    Vectorised (numpy) over the groups' feeds; one :func:`capture_frequencies`
+    per round. Pure.
+    """
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds}")
+    if not 0.0 < unfunded <= 1.0:
+        raise ValueError(f"unfunded must be in (0, 1], got {unfunded}")
+    if not 0.0 <= damping < 1.0:
+        raise ValueError(f"damping must be in [0, 1), got {damping}")
+    n = len(resources)
+    if not n == len(rate) == len(weight):
+        raise ValueError("resources, rate and weight must have the same length")
+    sizes: list[int] = []
+    flat: list[int] = []
+    shares: list[float] = []
+    for feeds, share in groups:
+        if feeds:
+            sizes.append(len(feeds))
+            flat.extend(feeds)
+            shares.append(share)
+    plain = np.asarray(weight, dtype=np.float64)
+    if rounds == 0 or n == 0 or not sizes:
+        return [float(w) for w in plain]
+    res = np.asarray(resources, dtype=np.int64)
+    order = np.argsort(res, kind="stable")
+    sorted_res = res[order]
+    entries = np.asarray(flat, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(sorted_res, entries), n - 1)
+    valid = sorted_res[pos] == entries
+    idx = order[pos]
+    size = np.asarray(sizes, dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(size)[:-1]))
+    share_of_entry = np.repeat(np.asarray(shares, dtype=np.float64), size)
+    group_of_entry = np.repeat(np.arange(len(sizes)), size)
+    grouped = np.zeros(n, dtype=bool)
+    grouped[idx[valid]] = True
+    cap = 1.0 / (window + 1)
+    current = plain.copy()
+    for _ in range(rounds):
+        f = np.asarray(capture_frequencies(rate, current.tolist(), budget, window), dtype=np.float64)
+        chance = np.where(f >= cap * (1 - 1e-9), 1.0, unfunded + (1.0 - unfunded) * np.minimum(f / cap, 1.0))
+        p = np.where(valid, chance[idx], 1.0)
+        together = np.multiply.reduceat(p, offsets)
+        contrib = share_of_entry * together[group_of_entry] / p
+        summed = np.bincount(idx[valid], weights=contrib[valid], minlength=n)
+        current = damping * current + (1.0 - damping) * np.where(grouped, summed, plain)
+    return [float(w) for w in current]
 
 
 class FrequencyStride:
@@ -343,15 +430,22 @@ class CaptureExplore:
     office-hours feed gets its probes in office hours and a daily digest just
     after its slot, within the same budget.
 
+    With ``coordination_rounds`` and the waiting rules' ``groups``, the
+    frequencies go by :func:`coordinated_weights`: a rule's share on a feed
+    counts as much as its other feeds are likely to be caught, so the budget
+    funds whole rules rather than one feed of each.
+
     Deterministic (ties by resource id): no RNG. Stateful (stride credit,
     explore credit, frequencies): one instance per epoch, shown every chronon.
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_level_exponent", "_refresh", "_stride", "_z")
+    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_level_exponent", "_refresh", "_rounds", "_stride",
+                 "_unfunded", "_z")
 
     def __init__(
-        self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0
+        self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0,
+        coordination_rounds: int = 0, unfunded: float = 0.3,
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
@@ -361,7 +455,13 @@ class CaptureExplore:
             raise ValueError(f"z must be finite, got {z}")
         if not 0.0 <= level_exponent <= 1.0:
             raise ValueError(f"level_exponent must be in [0, 1], got {level_exponent}")
+        if coordination_rounds < 0:
+            raise ValueError(f"coordination_rounds must be >= 0, got {coordination_rounds}")
+        if not 0.0 < unfunded <= 1.0:
+            raise ValueError(f"unfunded must be in (0, 1], got {unfunded}")
         self._z = z
+        self._rounds = coordination_rounds
+        self._unfunded = unfunded
         self._level_exponent = level_exponent
         self._epsilon = epsilon
         self._refresh = refresh
@@ -394,6 +494,7 @@ class CaptureExplore:
         window: int,
         posterior: Sequence[tuple[float, float]] | None = None,
         shape: Sequence[CycleShape | None] | None = None,
+        groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None = None,
     ) -> list[int]:
         """At most ``budget`` distinct ``resources`` to probe at ``now``: explored, then strided, then filled.
 
@@ -403,7 +504,11 @@ class CaptureExplore:
         resource ``i``'s rate (updates found + prior, chronons observed +
         prior), or ``None`` when rates are known; ``shape[i]``: when in its
         cycle resource ``i`` changes (``None``: homogeneous, as is every
-        resource when ``shape`` is ``None``).
+        resource when ``shape`` is ``None``); ``groups``: the waiting rules'
+        split of ``weight`` (:func:`coordinated_weights`), asked for only when
+        the frequencies are recomputed and only with ``coordination_rounds``
+        set: the frequencies then go by the coordinated weights, the fill by
+        ``weight``.
         """
         n = len(resources)
         if not n == len(last_success) == len(rate) == len(weight):
@@ -427,7 +532,12 @@ class CaptureExplore:
                     cycle = shape[i]
                     if cycle is not None:
                         ahead[i] *= cycle.mass(now, now + span) / span
-            f = capture_frequencies(ahead, weight, (1.0 - self._epsilon) * budget, window)
+            spend = (1.0 - self._epsilon) * budget
+            fund = weight
+            if groups is not None and self._rounds > 0:
+                fund = coordinated_weights(groups(), resources, ahead, weight, spend, window,
+                                           rounds=self._rounds, unfunded=self._unfunded)
+            f = capture_frequencies(ahead, fund, spend, window)
             self._freq = dict(zip(resources, f, strict=True))
         if budget == 0 or n == 0:
             self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues

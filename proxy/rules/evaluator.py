@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -442,6 +442,19 @@ class TriggerEvaluator:
         :meth:`update_watchers`; read-only.
         """
         return self._weights
+
+    def update_groups(self) -> Collection[tuple[tuple[int, ...], float]]:
+        """How :meth:`update_weights` is made: ``(feeds, share)`` per waiting rule, read-only.
+
+        ``feeds`` are those the rule still waits for and ``share`` its worth on
+        each (``1/m`` of a live watch CEI, ``DEAD_CEI_WEIGHT/m`` of a missed
+        one, 1 for an ``on: update`` trigger); a feed's weight is the sum of the
+        shares on it. What the background's coordinated frequencies read
+        (``proxy.core.discovery.coordinated_weights``): a watch rule needs all
+        its feeds caught, so its shares count only as much as its partners are.
+        A live view, kept up to date with the weights: copy it to keep it.
+        """
+        return self._weight_of.values()
 
     def _reweigh(self, rule_id: str, rule: _Rule | None) -> None:
         """Replace ``rule_id``'s share of :meth:`update_weights` with its current one (none: removed)."""
