@@ -16,7 +16,8 @@ over many traces in seconds:
   (``pooled_rates``, the loop's ``POOL_STRENGTH`` and ``OPTIMISM_Z``, each
   record faded by the time since the feed's last probe, ``EVIDENCE_FADE``), the
   models' cycles (``FeedSlot.shape``), the frequencies' trust in the rates
-  (``LEVEL_EXPONENT``) and the explore share (``EXPLORE_SHARE``), and the
+  (``LEVEL_EXPONENT``), the explore share (``EXPLORE_SHARE``), the rules'
+  coordinated shares behind the frequencies (``COORDINATION_ROUNDS``), and the
   weights of ``TriggerEvaluator.update_weights`` (a watch rule's worth spread
   over the feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed),
   with the AuctionWatch bookkeeping redone here;
@@ -65,11 +66,13 @@ from proxy.rules import FeedUpdateModels
 from proxy.rules.evaluator import DEAD_CEI_WEIGHT
 from proxy.service._feeds import update_model_settings
 from proxy.service.loop import (
+    COORDINATION_ROUNDS,
     EVIDENCE_FADE,
     EXPLORE_SHARE,
     LEVEL_EXPONENT,
     OPTIMISM_Z,
     POOL_STRENGTH,
+    UNFUNDED_CATCH,
 )
 from proxy.service.predicted import Predicted, PredictedProbes
 
@@ -82,7 +85,8 @@ CHRONONS, WINDOW, DAYS = 200, 10, 14
 def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_exponent: float = LEVEL_EXPONENT,
            predicted: str = "off", share: float = 1.0, length: float = LENGTH,
            kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH, explore: float = EXPLORE_SHARE,
-           seed: int = 1, fade: float = EVIDENCE_FADE) -> tuple[float, float, float, int]:
+           seed: int = 1, fade: float = EVIDENCE_FADE,
+           rounds: int = COORDINATION_ROUNDS) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -109,7 +113,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     last_at: dict[int, float] = {}
     evidence = dict.fromkeys(watched, (0.0, 0.0))  # FeedSlot.evidence
     shapes: dict[int, CycleShape | None] = dict.fromkeys(watched)  # FeedSlot.shape
-    allocator = CaptureExplore(epsilon=explore, level_exponent=level_exponent)
+    allocator = CaptureExplore(epsilon=explore, level_exponent=level_exponent, coordination_rounds=rounds,
+                               unfunded=UNFUNDED_CATCH)
     mode = Predicted(predicted)
     planner = (None if mode is Predicted.OFF
                else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
@@ -121,17 +126,21 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     probes: list[ProbeRec] = []
     for t in range(CHRONONS):
         weight: dict[int, float] = defaultdict(float)
+        groups: list[tuple[list[int], float]] = []  # TriggerEvaluator.update_groups
         for i, w in enumerate(watches):
             left = [r for r in w if r not in covered[i]]
+            if left:
+                groups.append((left, (1.0 if alive[i] else DEAD_CEI_WEIGHT) / len(left)))
             for r in left:
-                weight[r] += (1.0 if alive[i] else DEAD_CEI_WEIGHT) / len(left)
+                weight[r] += groups[-1][1]
         waits = {r: w for r, w in weight.items() if w > 0}
         first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
         feeds = [r for r in watched if r in waits and r not in first]
         rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
                             unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
         picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
-                                        [waits[r] for r in feeds], WINDOW, shape=[shapes[r] for r in feeds])
+                                        [waits[r] for r in feeds], WINDOW, shape=[shapes[r] for r in feeds],
+                                        groups=lambda g=groups: g)
         for r in picked:
             probes.append(ProbeRec(r, t, float(t), True))
             at = ORIGIN + t * length
@@ -189,6 +198,9 @@ def main() -> None:
     parser.add_argument("--fade", type=float, default=EVIDENCE_FADE,
                         help=f"pool updates per halving of an unprobed feed's record (default {EVIDENCE_FADE:g}; "
                              "inf: records never fade)")
+    parser.add_argument("--rounds", type=int, default=COORDINATION_ROUNDS,
+                        help=f"rounds of coordinated weights behind the frequencies (default {COORDINATION_ROUNDS}; "
+                             "0: the plain weights)")
     parser.add_argument("--predicted", action="append",
                         help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
                              "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
@@ -213,7 +225,8 @@ def main() -> None:
         for k, (z, e, pool, explore, _, mode, share, kinds) in enumerate(columns):
             live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e, mode, share,
                                      args.chronon_seconds, kinds, pool=pool, explore=explore,
-                                     seed=int(seed[0]) if seed else 1, fade=args.fade)
+                                     seed=int(seed[0]) if seed else 1, fade=args.fade,
+                                     rounds=args.rounds)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
         label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
