@@ -20,9 +20,11 @@ One future, one budget: each chronon ``t`` of the horizon
 1. temporal triggers (``every``, ``cron``) due at ``t`` open their CEI
    ``[t, t + slack]``, unsealed, as ``TriggerEvaluator.on_tick`` does;
 2. the policy picks from the one engine's pool; the budget left goes to
-   background probes of the feeds rules wait for, ranked by the service's
-   index ``w · P(changed since the last probe)`` with the planned intensities
-   (``proxy.core.discovery.rank_background``, as ``ChrononLoop._background``);
+   background probes of the feeds rules wait for, ranked by the greedy index
+   ``w · P(changed since the last probe)`` with the planned intensities
+   (``proxy.core.discovery.rank_background``: the service's first background
+   allocation; ``ChrononLoop._background`` now runs capture frequencies, which
+   catch more, so the plan is on the low side for watch rules);
 3. every probe succeeds and finds the feed's updates since its previous probe:
    the first of them, at ``u``, advances watch rules (AuctionWatch EIs
    ``[u, u + within]``) and opens ``on: update`` triggers ``[u, u + slack]``;
@@ -535,7 +537,7 @@ class _Run:
             chosen = engine.select(budget, policy) if budget else []
             spare = budget - len(chosen)
             if spare > 0 and watched_list:
-                # The service's index: weight × P(changed since the last probe), ChrononLoop._background.
+                # The greedy index, weight × P(changed since the last probe): the service's first allocation.
                 score = weight * -np.expm1(-(cum[watched, t + 1] - cum[watched, last_w + 1]))
                 for r in chosen:
                     if slot[r] >= 0:
