@@ -660,16 +660,8 @@ class TriggerEvaluator:
             times = update_chronons((e.published for e in new_entries), a, b, self.clock)
             for rule_id in self._by_resource.get(resource, ()):
                 pinged = self._pinged.get(rule_id, {}).get(resource)
-                if pinged is not None and a < pinged <= b:
-                    continue  # a ping already told this rule
-                if rule_id in self._watch_state:
-                    # Each dated change in turn: AuctionWatch takes the first one after the
-                    # current CEI's start, and a change that completes a CEI may begin the next.
-                    for u in times:
-                        if not self._before_rule(rule_id, u):  # not from before the rule existed
-                            ops.extend(self._rule_update(rule_id, resource, u))
-                elif not self._before_rule(rule_id, times[0]):
-                    ops.extend(self._rule_update(rule_id, resource, times[0]))
+                if pinged is None or not a < pinged <= b:  # a ping already told this rule
+                    ops.extend(self._rule_changes(rule_id, resource, times))
         elif new_entries and previous_success is None:
             ops.extend(self._first_probe_updates(resource, started_chronon, new_entries))
         prepared: list[_Prepared] | None = None
@@ -722,9 +714,21 @@ class TriggerEvaluator:
                 continue
             times = changes_since(published, state.since, started, self.clock)
             pinged = self._pinged.get(rule_id, {}).get(resource)
-            if not times or (pinged is not None and state.since <= pinged <= started):
-                continue
-            for u in times if rule_id in self._watch_state else times[:1]:
+            if times and (pinged is None or not state.since <= pinged <= started):
+                ops.extend(self._rule_changes(rule_id, resource, times))
+        return ops
+
+    def _rule_changes(self, rule_id: str, resource: int, times: Sequence[int]) -> list[Op]:
+        """``resource`` changed at each of ``times`` (ascending), as a probe found: what ``rule_id`` does.
+
+        A watch rule advances at each in turn (AuctionWatch takes the first change
+        after the current CEI's start, and one that completes a CEI may begin the
+        next); a trigger opens one CEI, at the first. Changes from before the rule
+        existed are not the rule's.
+        """
+        ops: list[Op] = []
+        for u in times if rule_id in self._watch_state else times[:1]:
+            if not self._before_rule(rule_id, u):
                 ops.extend(self._rule_update(rule_id, resource, u))
         return ops
 
