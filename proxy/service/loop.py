@@ -110,8 +110,9 @@ COORDINATION_ROUNDS = 3
 """Rounds of ``proxy.core.discovery.coordinated_weights`` behind the background frequencies: a
 watch rule's share on a feed is scaled by the chance its other feeds are caught, so the budget
 funds whole rules rather than one feed of each (each round moves the weights halfway). In the
-replica, 1 to 5 rounds all beat none (3: mean ratio to the better reader +0.01 to +0.03 on the
-60-feed and real traces, +0.23 on the larger ones); 0 turns it off. The rules' groups are read
+replica, 1 to 5 rounds all beat none (3: mean ratio to the better reader +0.21 to +0.37 per
+group of 200- to 2,000-feed traces, +0.02 to +0.07 on the real trace's profile draws, within
+noise on 60-feed traces); 0 turns it off. The rules' groups are read
 only when the frequencies are recomputed (every 10 chronons), not every tick."""
 
 UNFUNDED_CATCH = 0.3
