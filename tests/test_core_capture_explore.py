@@ -407,15 +407,9 @@ def test_coordinated_weights_refuse_bad_settings(kwargs: dict[str, float], match
 def service_allocator() -> CaptureExplore:
     """The loop's configuration (proxy.service.loop): no explore share, capture-optimal frequencies
     (coordinated by the rules' groups when a test passes them)."""
-    from proxy.service.loop import (
-        COORDINATION_ROUNDS,
-        EXPLORE_SHARE,
-        LEVEL_EXPONENT,
-        UNFUNDED_CATCH,
-    )
+    from proxy.service.loop import background_allocator
 
-    return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT,
-                          coordination_rounds=COORDINATION_ROUNDS, unfunded=UNFUNDED_CATCH)
+    return background_allocator()
 
 
 @settings(max_examples=60, deadline=None)
@@ -484,3 +478,25 @@ def test_the_service_allocation_ranks_by_weight_times_pooled_rate(
     # the first chronon's probe is the fill's (never probed, smaller id), counted out.
     history = drive(service_allocator(), 1, 101, rate, weight, 0)[1:]
     assert [sum(r in picked for picked in history) for r in range(2)] == expected
+
+
+def test_a_feed_left_out_for_a_while_does_not_bring_the_recomputation_forward() -> None:
+    # The loop leaves out the feeds in flight and the engine's picks, a different few each chronon.
+    # A feed back from that is no new feed: it keeps its last frequency until the refresh (every 10
+    # chronons), where recomputing whenever one came back recomputed every tick (halving the
+    # decision time at 10,000 feeds, docs/bench-service.md). A feed never seen still recomputes.
+    alloc = CaptureExplore(epsilon=0.0, refresh=10)
+
+    def tick(t: int, resources: list[int], weight: list[float]) -> None:
+        alloc.pick(1, t, resources, [None] * len(resources), [0.1] * len(resources), weight, 0)
+
+    tick(0, [0, 1, 2], [3.0, 1.0, 1.0])  # window 0, budget 1: the best feed takes the whole budget
+    assert [alloc.frequency(r) for r in range(3)] == [1.0, 0.0, 0.0]
+    tick(10, [1, 2], [1.0, 3.0])  # refresh, feed 0 in flight
+    assert [alloc.frequency(r) for r in (1, 2)] == [0.0, 1.0]
+    tick(11, [0, 1, 2], [1.0, 5.0, 1.0])  # feed 0 is back: no recomputation before chronon 20
+    assert [alloc.frequency(r) for r in (1, 2)] == [0.0, 1.0]
+    tick(12, [0, 1, 2, 3], [1.0, 5.0, 1.0, 9.0])  # feed 3 was never seen: recomputed now
+    assert [alloc.frequency(r) for r in range(4)] == [0.0, 0.0, 0.0, 1.0]
+    tick(22, [0, 1, 2], [1.0, 5.0, 1.0])  # the refresh, 10 chronons after the last recomputation
+    assert [alloc.frequency(r) for r in (0, 1, 2)] == [0.0, 1.0, 0.0]

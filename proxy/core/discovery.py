@@ -413,8 +413,9 @@ class CaptureExplore:
        saying when): rates learnt from a handful of updates are mostly noise,
        and a watch rule's CEI needs its slow feeds' updates as much as its
        fast ones (``docs/discovery.md``). Recomputed every ``refresh``
-       chronons or when a new feed appears; executed by a
-       :class:`FrequencyStride`;
+       chronons or when a feed never given a frequency appears (a feed the
+       caller left out for a while, in flight or taken by the engine, keeps
+       its last one); executed by a :class:`FrequencyStride`;
     3. *fill*: any budget still unused (the stride's frequencies are capped
        at one probe per ``window + 1`` chronons, so they often leave some) goes
        to the greedy index ``weight · P(changed since the last success)``
@@ -538,7 +539,7 @@ class CaptureExplore:
                 fund = coordinated_weights(groups(), resources, ahead, weight, spend, window,
                                            rounds=self._rounds, unfunded=self._unfunded)
             f = capture_frequencies(ahead, fund, spend, window)
-            self._freq = dict(zip(resources, f, strict=True))
+            self._freq.update(zip(resources, f, strict=True))
         if budget == 0 or n == 0:
             self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues
             return []

@@ -129,6 +129,12 @@ Feeds never probed still come first in the work-conserving fill, and the optimis
 back a feed seen little."""
 
 
+def background_allocator() -> CaptureExplore:
+    """A fresh allocator of the spare budget as the loop runs it (the loop's and ``proxy plan``'s)."""
+    return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT,
+                          coordination_rounds=COORDINATION_ROUNDS, unfunded=UNFUNDED_CATCH)
+
+
 @dataclass
 class ChrononLoop:
     """Drives :class:`Runtime` chronon by chronon and runs the probes it selects.
@@ -165,9 +171,7 @@ class ChrononLoop:
     #: Paper 002's predicted EIs (SUP/fbSUP) for watched feeds that do not ping; None: off.
     predicted: PredictedProbes | None = None
     #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
-    _allocator: CaptureExplore = field(
-        default_factory=lambda: CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT,
-                                               coordination_rounds=COORDINATION_ROUNDS, unfunded=UNFUNDED_CATCH))
+    _allocator: CaptureExplore = field(default_factory=background_allocator)
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
