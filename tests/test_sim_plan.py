@@ -149,3 +149,58 @@ def test_every_fires_anchors_before_the_horizon() -> None:
     assert every_fires(5, 20) == (0, 5, 10, 15)
     assert every_fires(5, 20, anchor=-7) == (3, 8, 13, 18)
     assert every_fires(5, 20, anchor=18) == (18,)
+
+
+# -- the service's background allocation (proxy.service.loop.background_allocator) --------------
+
+
+def _service_plan(rules: list[PlanWatch], rates: GridRates) -> Planner:
+    from proxy.service.loop import background_allocator
+
+    return Planner(rules, rates, futures=4, seed=3, allocator=background_allocator)
+
+
+def test_the_loops_allocator_turns_to_the_feed_a_watch_rule_still_lacks() -> None:
+    # A fast feed (an update every other chronon) and a slow one (every 50), W=3, one probe a
+    # chronon. The greedy index ranks by the rules reading a feed times P(changed), so the fast
+    # feed takes nearly every probe and the slow one is seen every 26 chronons or so: its
+    # update is mostly found too late. The loop's allocator weighs only the feeds the rule's
+    # CEI still lacks, so once the fast feed is found the slow one is probed within its window.
+    rates = GridRates.constant([0.5, 0.02], 2000)
+    rules = [PlanWatch("p", (0, 1), 3)]
+    greedy = Planner(rules, rates, futures=4, seed=3).evaluate(1)
+    loop = _service_plan(rules, rates).evaluate(1)
+    assert greedy.ceis == loop.ceis  # the same futures
+    assert greedy.completeness is not None and greedy.completeness < 0.3
+    assert loop.completeness == 1.0
+    assert loop.probes_per_chronon == 1.0
+
+
+def test_the_loops_allocator_funds_whole_rules() -> None:
+    # Two rules watch the pair (0, 1), a third feed 2 alone, all three feeds alike, one probe a
+    # chronon for three feeds with W=3 (full funding is a probe every 4 chronons each: 3/4 of
+    # the budget). The plan runs the loop's coordinated frequencies: every CEI is captured.
+    rates = GridRates.constant([0.3, 0.3, 0.3], 2000)
+    rules = [PlanWatch("a", (0, 1), 3), PlanWatch("b", (0, 1), 3), PlanWatch("c", (2,), 3)]
+    greedy = Planner(rules, rates, futures=4, seed=3).evaluate(1)
+    loop = _service_plan(rules, rates).evaluate(1)
+    assert greedy.completeness is not None and greedy.completeness < 0.85
+    assert loop.completeness == 1.0
+
+
+def test_the_service_plans_with_the_loops_allocator() -> None:
+    from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+    from proxy.service.loop import background_allocator
+    from proxy.service.planning import PlanInputs, service_planner
+
+    rates = GridRates.constant([0.5, 0.02], 200)
+    inputs = PlanInputs(rules=(PlanWatch("p", (0, 1), 3),), rates=rates, feeds=(10, 11), profiles=1, skipped=0,
+                        start=0, chronon_seconds=60.0)
+    planner = service_planner(inputs, futures=2)
+    assert planner.allocator is background_allocator and planner.dead_weight == DEAD_CEI_WEIGHT
+    assert planner.evaluate(1).completeness == 1.0
+
+
+def test_dead_weight_must_be_a_share() -> None:
+    with pytest.raises(ValueError, match="dead_weight must be in"):
+        Planner([PlanWatch("p", (0,), 1)], GridRates.constant([0.1], 10), dead_weight=1.5)

@@ -27,8 +27,7 @@ import numpy as np
 
 from proxy.rules import FeedUpdateModels
 from proxy.rules.ports import ChrononGrid
-from proxy.service.planning import plan_inputs
-from proxy.sim.plan import Planner
+from proxy.service.planning import plan_inputs, service_planner
 from proxy.store import Profile, Rule
 
 START, END = "<!-- bench_plan:start -->", "<!-- bench_plan:end -->"
@@ -70,7 +69,7 @@ def measure(profiles: list[Profile], models: FeedUpdateModels, n_feeds: int, hor
     inputs = plan_inputs(profiles, {f: f for f in range(n_feeds)}, models, clock, 0, horizon)
     t_inputs = time.perf_counter() - began
     began = time.perf_counter()
-    planner = Planner(inputs.rules, inputs.rates, futures=futures, seed=0)
+    planner = service_planner(inputs, futures=futures, seed=0)
     t_setup = time.perf_counter() - began
     began = time.perf_counter()
     current = planner.evaluate(budget)

@@ -86,7 +86,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            predicted: str = "off", share: float = 1.0, length: float = LENGTH,
            kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH, explore: float = EXPLORE_SHARE,
            seed: int = 1, fade: float = EVIDENCE_FADE,
-           rounds: int = COORDINATION_ROUNDS) -> tuple[float, float, float, int]:
+           rounds: int = COORDINATION_ROUNDS, oracle: bool = False) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -94,7 +94,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     ``length``: seconds per chronon on the models' clock (the live bench's 0.3 s squeezes
     two weeks into a minute, faster than any model's prior expects updates).
     ``pool``, ``explore``: the loop's ``POOL_STRENGTH`` and ``EXPLORE_SHARE``; ``seed``: the
-    workload's profiles (the live bench's ``--seed``).
+    workload's profiles (the live bench's ``--seed``). ``oracle``: the allocation is given each
+    feed's true mean rate over the run instead of the learnt, pooled one (what perfect
+    knowledge of the rates, not of the update times, would buy).
     """
     bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=seed,
                         budget=budget)
@@ -136,8 +138,11 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         waits = {r: w for r, w in weight.items() if w > 0}
         first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
         feeds = [r for r in watched if r in waits and r not in first]
-        rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
-                            unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
+        if oracle:
+            rate = [max(len(ups[r]) / CHRONONS, 1e-9) for r in feeds]
+        else:
+            rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
+                                unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
         picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
                                         [waits[r] for r in feeds], WINDOW, shape=[shapes[r] for r in feeds],
                                         groups=lambda g=groups: g)

@@ -93,12 +93,12 @@ __all__ = [
 
 STATE_VERSION = 1
 DEAD_CEI_WEIGHT = 0.25
-MAX_OVERWRITE = 1440
-"""The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
-expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
 """A missed watch CEI's pull on the feeds it still waits for, against 1 for a live one
 (:meth:`TriggerEvaluator.update_weights`): their updates only end the lost CEI, after which
 the next one starts, so finding them is worth something but not a capture."""
+MAX_OVERWRITE = 1440
+"""The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
+expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
 
 
 # --------------------------------------------------------------------------- errors

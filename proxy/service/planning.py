@@ -25,7 +25,9 @@ import numpy as np
 from pydantic import ValidationError as PydanticValidationError
 
 from proxy.rules import FeedUpdateModels, ProfileSpec, parse_duration, to_chronons
+from proxy.rules.evaluator import DEAD_CEI_WEIGHT
 from proxy.rules.ports import ChrononMapping, first_chronon_from
+from proxy.service.loop import background_allocator
 from proxy.sim.plan import (
     GridRates,
     LeastBudget,
@@ -39,7 +41,7 @@ from proxy.sim.plan import (
 )
 from proxy.store import Profile
 
-__all__ = ["PlanInputs", "PlanReport", "plan_inputs", "run_plan"]
+__all__ = ["PlanInputs", "PlanReport", "plan_inputs", "run_plan", "service_planner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,12 @@ def _cron_fires(expr: str, timezone: str, clock: ChrononMapping, start: int, hor
     return tuple(fires)
 
 
+def service_planner(inputs: PlanInputs, *, policy: str = "adm-edf", futures: int = 8, seed: int = 0) -> Planner:
+    """A planner of ``inputs`` whose background probes are the loop's (``background_allocator``, ``DEAD_CEI_WEIGHT``)."""
+    return Planner(inputs.rules, inputs.rates, policy=policy, futures=futures, seed=seed,
+                   allocator=background_allocator, dead_weight=DEAD_CEI_WEIGHT)
+
+
 def run_plan(
     inputs: PlanInputs,
     *,
@@ -246,7 +254,7 @@ def run_plan(
 ) -> PlanReport:
     """Expected completeness at ``budget`` and the least budget for ``target`` (CPU-bound: run off the loop)."""
     began = time.perf_counter()
-    planner = Planner(inputs.rules, inputs.rates, policy=policy, futures=futures, seed=seed)
+    planner = service_planner(inputs, policy=policy, futures=futures, seed=seed)
     current = planner.evaluate(budget)
     start = min(max(budget, 1), max(planner.max_budget, 1))
     least = planner.least_budget(target, start=start, max_budget=max_budget)

@@ -20,11 +20,19 @@ One future, one budget: each chronon ``t`` of the horizon
 1. temporal triggers (``every``, ``cron``) due at ``t`` open their CEI
    ``[t, t + slack]``, unsealed, as ``TriggerEvaluator.on_tick`` does;
 2. the policy picks from the one engine's pool; the budget left goes to
-   background probes of the feeds rules wait for, ranked by the greedy index
-   ``w · P(changed since the last probe)`` with the planned intensities
-   (``proxy.core.discovery.rank_background``: the service's first background
-   allocation; ``ChrononLoop._background`` now runs capture frequencies, which
-   catch more, so the plan is on the low side for watch rules);
+   background probes of the feeds rules wait for. With ``allocator`` (the
+   service passes the one its loop runs, ``proxy.service.loop.background_allocator``):
+   that :class:`proxy.core.discovery.CaptureExplore`, shown every chronon
+   what ``ChrononLoop._background`` shows it: the feeds rules wait for, the
+   weights and groups ``TriggerEvaluator.update_weights`` / ``update_groups``
+   would hold (a watch rule's worth spread over the feeds its current CEI has
+   not been found on, ``dead_weight`` of it once that CEI is missed; 1 per
+   ``on: update`` trigger), the shortest waiting window, and the planned
+   intensities as known rates (each feed's mean over the chronons its
+   frequencies serve). Without one: the greedy index
+   ``w · P(changed since the last probe)``, ``w`` the rules reading the
+   feed (``proxy.core.discovery.rank_background``, the service's first
+   background allocation);
 3. every probe succeeds and finds the feed's updates since its previous probe:
    the first of them, at ``u``, advances watch rules (AuctionWatch EIs
    ``[u, u + within]``) and opens ``on: update`` triggers ``[u, u + slack]``;
@@ -58,13 +66,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from proxy.core.discovery import rank_background
+from proxy.core.discovery import CaptureExplore, rank_background
 from proxy.core.engine import CeiCaptured, CeiMissed, Engine
 
 __all__ = [
@@ -266,6 +274,11 @@ class Planner:
     ``rates`` covers the horizon (``horizon`` defaults to its chronons); feeds
     are ``0 .. rates.feeds - 1``. ``futures`` futures are drawn once from
     ``seed`` and reused for every budget. ``policy`` is an engine policy name.
+    ``allocator`` makes a fresh background allocator for each run (the
+    service's: ``proxy.service.loop.background_allocator``); ``None``: the
+    greedy index. ``dead_weight``: a missed watch CEI's pull on the feeds it
+    still waits for (the evaluator's ``DEAD_CEI_WEIGHT``), read only with an
+    allocator.
     """
 
     def __init__(
@@ -277,6 +290,8 @@ class Planner:
         futures: int = 8,
         seed: int = 0,
         horizon: int | None = None,
+        allocator: Callable[[], CaptureExplore] | None = None,
+        dead_weight: float = 0.25,
     ) -> None:
         from proxy.core.policies import get_policy
 
@@ -290,6 +305,10 @@ class Planner:
         self.policy = policy
         self.futures = futures
         self.seed = seed
+        if not 0.0 <= dead_weight <= 1.0:
+            raise ValueError(f"dead_weight must be in [0, 1], got {dead_weight}")
+        self.allocator = allocator
+        self.dead_weight = dead_weight
         n = rates.feeds
         for rule in self.rules:
             feeds = rule.feeds if isinstance(rule, PlanWatch) else (rule.feed, *(q.feed for q in rule.queries))
@@ -307,13 +326,18 @@ class Planner:
             for f in range(n)
         ]
         windows = [0]
+        waits: list[int] = []  # the windows rules waiting for updates allow (TriggerEvaluator.update_window)
         for rule in self.rules:
             if isinstance(rule, PlanWatch):
                 windows.append(rule.within)
+                waits.append(rule.within)
             else:
+                if rule.fires is None:
+                    waits.append(rule.slack)
                 lives = [q.within if q.within is not None else self._life[q.feed] for q in rule.queries]
                 windows.append(rule.slack + max(lives, default=0))
         self._tail = max(windows) + 1
+        self._wait_window = min(waits) if waits else None
         self._end = self.horizon + self._tail
         expected = rates.extended(self._end)
         self._cum = np.concatenate([np.zeros((n, 1)), np.cumsum(expected, axis=1)], axis=1)
@@ -340,6 +364,11 @@ class Planner:
                         self._fires.setdefault(t, []).append(i)
         self._watched = np.flatnonzero(weight > 0)
         self._weight = weight[self._watched]
+        # The allocator's rates: each feed's mean over the chronons its frequencies serve from t
+        # (CaptureExplore reads a seasonal feed's rate over max(window + 1, refresh) chronons ahead).
+        span = max((self._wait_window or 0) + 1, 10)
+        longer = np.concatenate([np.zeros((n, 1)), np.cumsum(rates.extended(self._end + span), axis=1)], axis=1)
+        self._ahead = np.maximum(longer[:, span:] - longer[:, :-span], 0.0) / span
         self._memo: dict[int, PlanPoint] = {}
 
     @property
@@ -514,6 +543,19 @@ class _Run:
         self.nth = [0] * r
         self.temporal = 0  # CEIs of temporal triggers opened
         self.captured = 0
+        self.alloc = plan.allocator() if plan.allocator is not None else None
+        if self.alloc is not None:
+            self.rule_ceis: list[list[int]] = [[] for _ in range(r)]  # a watch rule's CEIs, in order
+            for c, (i, _) in enumerate(future.ceis):
+                if isinstance(plan.rules[i], PlanWatch):
+                    self.rule_ceis[i].append(c)
+            self.current = [0] * r  # index in rule_ceis of the CEI the rule is filling
+            self.found: dict[int, set[int]] = {}  # watch CEI -> feeds whose EI a probe found
+            self.dead: set[int] = set()  # watch CEIs with an EI found too late
+            self.weights = np.zeros(n)
+            self.weight_of: dict[int, tuple[tuple[int, ...], float]] = {}
+            for i in range(r):
+                self._reweigh(i)
 
     def run(self) -> _Outcome:
         p, engine = self.p, self.engine
@@ -536,7 +578,9 @@ class _Run:
                         self._open_trigger(i, rule, t, t + rule.slack)
             chosen = engine.select(budget, policy) if budget else []
             spare = budget - len(chosen)
-            if spare > 0 and watched_list:
+            if self.alloc is not None:
+                chosen = [*chosen, *self._background(spare, t, chosen)]
+            elif spare > 0 and watched_list:
                 # The greedy index, weight × P(changed since the last probe): the service's first allocation.
                 score = weight * -np.expm1(-(cum[watched, t + 1] - cum[watched, last_w + 1]))
                 for r in chosen:
@@ -552,6 +596,53 @@ class _Run:
             if t < horizon:
                 probes += len(chosen)
         return _Outcome(self.captured, len(self.fut.ceis) + self.temporal - self.captured, probes)
+
+    def _background(self, spare: int, t: int, chosen: Sequence[int]) -> list[int]:
+        """``ChrononLoop._background``: the allocator, shown the feeds rules wait for, every chronon."""
+        p, alloc = self.p, self.alloc
+        assert alloc is not None
+        window = p._wait_window
+        if window is None:
+            return []
+        waited = self.weights > 1e-9
+        waited[list(chosen)] = False  # the engine's picks are probed already
+        resources = np.flatnonzero(waited).tolist()
+        last: list[int | None] = [self.last[f] for f in resources]
+        rate = p._ahead[resources, t].tolist()
+        weight = self.weights[resources].tolist()
+        return alloc.pick(max(spare, 0), t, resources, last, rate, weight, window,
+                          groups=lambda: list(self.weight_of.values()))
+
+    def _reweigh(self, i: int) -> None:
+        """Rule ``i``'s share of the weights, as ``TriggerEvaluator._reweigh`` keeps it."""
+        p = self.p
+        old = self.weight_of.pop(i, None)
+        if old is not None:
+            feeds, share = old
+            for f in feeds:
+                self.weights[f] = max(self.weights[f] - share, 0.0)
+        rule = p.rules[i]
+        if isinstance(rule, PlanWatch):
+            ceis, k = self.rule_ceis[i], self.current[i]
+            while k < len(ceis) and self.unknown[ceis[k]] == 0:
+                k += 1  # every EI found: the next CEI is the one filling
+            self.current[i] = k
+            if k == len(ceis):  # no CEI left in this future: the rule waits for all its feeds
+                feeds, alive = rule.feeds, True
+            else:
+                c = ceis[k]
+                got = self.found.get(c, set())
+                feeds, alive = tuple(f for f in rule.feeds if f not in got), c not in self.dead
+            if not feeds:
+                return
+            share = (1.0 if alive else p.dead_weight) / len(feeds)
+        elif rule.fires is None:
+            feeds, share = (rule.feed,), 1.0
+        else:
+            return  # a temporal trigger waits for its fire, not for updates
+        self.weight_of[i] = (feeds, share)
+        for f in feeds:
+            self.weights[f] += share
 
     # -- what the evaluator does ------------------------------------------------------
 
@@ -576,6 +667,11 @@ class _Run:
                     engine.add_cei(cid, rule.profile, [(r, u, finish)], sealed=seal)
                 else:
                     engine.reveal_ei(cid, r, u, finish, seal=seal)
+                if self.alloc is not None:
+                    self.found.setdefault(c, set()).add(r)
+                    if t > finish:
+                        self.dead.add(c)
+                    self._reweigh(i)
             elif t <= finish:  # an on: update trigger found inside its window; decided below
                 self.open[i][cid] = (u, finish)
                 engine.add_cei(cid, rule.profile, [(r, u, finish)], sealed=False)
