@@ -437,6 +437,20 @@ def test_kind_counts_agree_with_estimate_without_refitting() -> None:
     assert expected["prior"] == 1 and expected["poisson"] + expected["periodic"] == 2
 
 
+def test_a_documents_oldest_date_bounds_its_span_and_is_not_an_update_in_it() -> None:
+    """One entry a minute old is no evidence of a fast feed: 0 updates over a minute, as the fit sees it."""
+    m = FeedUpdateModels(EXACT)
+    t = 1.7e9
+    m.observe_document("one", t + 60, [t])
+    assert m.evidence("one") == (0.0, 60.0)
+    m.observe_document("three", t + 1000, [t + 100, t + 500, t + 900])
+    assert m.evidence("three") == (2.0, 900.0)
+    assert m.posterior("three") == (m.prior.alpha + 2, m.prior.beta + 900.0)
+    # A later probe's new entries lie inside (previous probe, probe]: each counts.
+    m.observe_probe("three", t + 1000, t + 1300, 2, [t + 1100, t + 1200])
+    assert m.evidence("three") == (4.0, 1200.0)
+
+
 def test_the_posterior_narrows_with_data_and_the_slot_evidence_follows() -> None:
     """The background's inputs: the record behind the posterior (without the prior), pooled; optimism fades with data."""
     from proxy.core.rates import pooled_rates
@@ -454,7 +468,8 @@ def test_the_posterior_narrows_with_data_and_the_slot_evidence_follows() -> None
         times = poisson_times(2.0, n, seed=n)
         m.observe_document(feed, times[-1] + 60, times)
         shape, rate = m.posterior(feed)
-        assert shape == pytest.approx(m.prior.alpha + n)  # no date dropped: n updates
+        # No date dropped; the oldest bounds the document's span, so n - 1 updates inside it, as the fit counts.
+        assert shape == pytest.approx(m.prior.alpha + n - 1)
         if n >= 30:
             assert shape / rate * HOUR == pytest.approx(2.0, rel=0.3)
         slot.resource = feed
@@ -489,7 +504,7 @@ def test_with_short_chronons_dates_a_second_apart_are_distinct_updates() -> None
     short, default = FeedUpdateModels(update_model_settings(0.3)), FeedUpdateModels()
     short.observe_document("f", t0 + 60, dates)
     default.observe_document("f", t0 + 60, dates)
-    assert short.evidence("f") == (20, 60)  # every date an update, covered from the oldest to the fetch
+    assert short.evidence("f") == (19, 60)  # every date an update inside (oldest, fetch], the oldest its bound
     assert default.evidence("f")[0] <= 1
 
 

@@ -316,6 +316,17 @@ class _Feed:
         cens = np.asarray(self.censored, dtype=np.float64).reshape(-1, 2)
         return Observations(u[inside & timed], u[inside & ~timed], cs, ce, cens[:, 0], cens[:, 1])
 
+    def inside(self) -> int:
+        """How many recorded updates lie strictly inside the coverage, as :meth:`observations` counts them.
+
+        A document's oldest date bounds its span (``(oldest, fetch]``) and is
+        not an observation of the span's rate: counting it would make one
+        entry over a few minutes look like a fast feed. O(spans · log n).
+        """
+        u = self.updates
+        return sum(bisect.bisect_right(u, e) - bisect.bisect_right(u, s)
+                   for s, e in zip(self.cover_start, self.cover_end, strict=True))
+
     def last_seen(self) -> float:
         candidates = [x[-1] for x in (self.cover_end, self.updates, self.pings) if x]
         if self.censored:
@@ -551,8 +562,10 @@ class FeedUpdateModels:
     def posterior(self, feed: FeedKey) -> tuple[float, float]:
         """The Gamma posterior ``(shape, rate per second)`` of the feed's mean rate, for optimism.
 
-        The population prior plus the feed's recorded updates and censored
-        intervals (each at least one update) over its covered seconds: how
+        The population prior plus the feed's recorded updates inside its
+        coverage (a document's oldest date bounds its span and is not one of
+        them, as in the fits) and censored intervals (each at least one
+        update) over its covered seconds: how
         sure the mean rate is, not which model shape won. Cheap (no fit): the
         background allocation reads it at every probe. An unknown feed gets the
         prior itself.
@@ -563,20 +576,20 @@ class FeedUpdateModels:
         beta = max(prior.beta, 1.0)
         if f is None:
             return alpha, beta
-        return alpha + len(f.updates) + len(f.censored), beta + f.exposure
+        return alpha + f.inside() + len(f.censored), beta + f.exposure
 
     def evidence(self, feed: FeedKey) -> tuple[float, float]:
         """What the feed's record holds: ``(updates, covered seconds)``, the data behind :meth:`posterior`.
 
-        Recorded updates plus censored intervals (each at least one update),
-        and the seconds of complete observation; ``(0, 0)`` for an unknown
+        Recorded updates inside the coverage plus censored intervals (each at
+        least one update), and the seconds of complete observation; ``(0, 0)`` for an unknown
         feed. No prior: for a caller that pools feeds on its own scale (the
         background allocation, ``proxy.core.rates.pooled_rates``). Cheap.
         """
         f = self._feeds.get(feed)
         if f is None:
             return 0.0, 0.0
-        return float(len(f.updates) + len(f.censored)), f.exposure
+        return float(f.inside() + len(f.censored)), f.exposure
 
     def trusts_pings(self, feed: FeedKey) -> bool:
         """Whether ``feed``'s pings teach the model on their own (see :meth:`observe_ping`)."""
