@@ -15,6 +15,9 @@ wrapping its ``trace_workload``. Replica figures do not depend on the load.
 
 A trace is ``TRACE.csv:PROFILES:BUDGET[:SEED]`` as for the replica. Prints,
 per group, the worst and the median ratio to the better reader before and after.
+``--oracle-after`` replays this version with every feed's true mean rate over
+the run given to the allocation (the replica's ``oracle``) instead of the learnt
+one: with ``--before .`` it measures what learning the rates costs.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 
 
-def worker(tree: Path, specs: list[str]) -> None:
+def worker(tree: Path, specs: list[str], oracle: bool = False) -> None:
     """In a child process: replay ``specs`` with ``tree``'s replica, one JSON line per trace."""
     sys.path[:0] = [str(tree / "benchmarks" / "policies"), str(tree)]
     import policy_pull_replica as replica  # the tree's own, with its own proxy
@@ -42,13 +45,17 @@ def worker(tree: Path, specs: list[str]) -> None:
         name, profiles, budget, *rest = spec.split(":")
         seed = int(rest[0]) if rest else 1
         replica.trace_workload = lambda path, _s=seed, **kw: wrapped(path, **{**kw, "seed": _s})
-        live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0)
+        if oracle:
+            live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0, oracle=True)
+        else:
+            live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0)
         print(json.dumps({"spec": spec, "live": live, "rr": rr, "ad": ad, "probes": probes}), flush=True)
 
 
-def replay_all(tree: Path, specs: list[str]) -> dict[str, dict[str, float]]:
+def replay_all(tree: Path, specs: list[str], oracle: bool = False) -> dict[str, dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, str(HERE), "--worker", str(tree), *specs], env=env, check=True,
+    flag = ["--oracle"] if oracle else []
+    out = subprocess.run([sys.executable, str(HERE), "--worker", str(tree), *flag, *specs], env=env, check=True,
                          capture_output=True, text=True, cwd=tree).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {r["spec"]: r for r in rows}
@@ -56,16 +63,19 @@ def replay_all(tree: Path, specs: list[str]) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(Path(sys.argv[2]), sys.argv[3:])
+        oracle = len(sys.argv) > 3 and sys.argv[3] == "--oracle"
+        worker(Path(sys.argv[2]), sys.argv[4:] if oracle else sys.argv[3:], oracle)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--before", type=Path, required=True, help="source tree of the older version")
     parser.add_argument("--group", nargs="+", action="append", required=True, metavar=("NAME", "TRACE"),
                         help="a group's name, then its traces (TRACE.csv:PROFILES:BUDGET[:SEED])")
     parser.add_argument("--out", type=Path, help="CSV to write (one row per trace)")
+    parser.add_argument("--oracle-after", action="store_true",
+                        help="this version given every feed's true mean rate (what learning costs, with --before .)")
     args = parser.parse_args()
     specs = [s for g in args.group for s in g[1:]]
-    before, after = replay_all(args.before.resolve(), specs), replay_all(ROOT, specs)
+    before, after = replay_all(args.before.resolve(), specs), replay_all(ROOT, specs, args.oracle_after)
     rows = []
     for name, *group in args.group:
         ratios: tuple[list[float], list[float]] = ([], [])
