@@ -6,6 +6,7 @@ import functools
 
 import pytest
 
+from proxy.service.loop import background_allocator
 from proxy.sim.plan import GridRates, Planner, PlanQuery, PlanTrigger, PlanWatch, every_fires
 
 ALWAYS = 50.0  # expected updates per chronon: every chronon holds an update (P(none) = e^-50)
@@ -155,8 +156,6 @@ def test_every_fires_anchors_before_the_horizon() -> None:
 
 
 def _service_plan(rules: list[PlanWatch], rates: GridRates) -> Planner:
-    from proxy.service.loop import background_allocator
-
     return Planner(rules, rates, futures=4, seed=3, allocator=background_allocator)
 
 
@@ -190,7 +189,6 @@ def test_the_loops_allocator_funds_whole_rules() -> None:
 
 def test_the_service_plans_with_the_loops_allocator() -> None:
     from proxy.rules.evaluator import DEAD_CEI_WEIGHT
-    from proxy.service.loop import background_allocator
     from proxy.service.planning import PlanInputs, service_planner
 
     rates = GridRates.constant([0.5, 0.02], 200)
@@ -204,3 +202,26 @@ def test_the_service_plans_with_the_loops_allocator() -> None:
 def test_dead_weight_must_be_a_share() -> None:
     with pytest.raises(ValueError, match="dead_weight must be in"):
         Planner([PlanWatch("p", (0,), 1)], GridRates.constant([0.1], 10), dead_weight=1.5)
+
+
+@pytest.mark.parametrize(("feeds", "within", "budget"), [(1, 0, 1), (1, 5, 1), (2, 1, 1), (2, 0, 2), (3, 2, 1)])
+def test_with_the_loops_allocator_feeds_changing_every_chronon_are_caught_when_the_budget_allows(
+    feeds: int, within: int, budget: int
+) -> None:
+    # Each feed changes every chronon; a probe every within + 1 chronons catches each update in
+    # time, and the budget covers that (feeds <= budget x (within + 1)): the allocator's
+    # frequencies fund every feed in full, and every CEI is captured.
+    rates = GridRates.constant([ALWAYS] * feeds, 100)
+    rules = [PlanWatch(f"p{f}", (f,), within) for f in range(feeds)]
+    point = _service_plan(rules, rates).evaluate(budget)
+    assert point.completeness == 1.0
+    assert point.probes_per_chronon == budget
+
+
+def test_with_the_loops_allocator_temporal_triggers_alone_spend_only_the_engines_probes() -> None:
+    # Nothing waits for updates (no watch rule, no on: update trigger): no background probe.
+    rates = GridRates.constant([0.0, 0.3], 100)
+    rules = [PlanTrigger("p", 0, (PlanQuery(1, 3),), slack=2, fires=every_fires(10, 100))]
+    point = Planner(rules, rates, futures=2, allocator=background_allocator).evaluate(2)
+    assert point.completeness == 1.0
+    assert point.probes_per_chronon == pytest.approx(0.1)  # one probe per fire, of the trigger's feed
