@@ -12,6 +12,7 @@ from scipy.stats import gamma, norm
 
 from proxy.core.discovery import CaptureExplore, capture_frequencies, coordinated_weights
 from proxy.core.rates import CycleShape, OnlineRates, gamma_upper, pooled_rates
+from proxy.service.loop import background_allocator
 
 
 @pytest.mark.parametrize(("shape", "rate", "z"), [(1, 10, 1.0), (1, 10, 2.0), (3, 50, 1.0), (20, 400, 1.0),
@@ -314,7 +315,7 @@ def test_a_feed_starved_for_looking_slow_is_probed_again_and_found_fast(fade: fl
     n, exposure = [0.0] * 12, [0.0] * 12
     last: list[int | None] = [None] * 12
     probes: list[list[int]] = [[] for _ in range(12)]
-    alloc = service_allocator()
+    alloc = background_allocator()
     for now in range(horizon):
         unseen = [0.0 if at is None else float(now - at) for at in last]
         rate = pooled_rates(n, exposure, POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=fade_by)
@@ -353,7 +354,7 @@ def test_coordinated_weights_fund_the_lone_rule_when_a_pair_cannot_be_funded_who
 
 
 def test_the_service_allocation_probes_the_lone_rules_feed_when_rules_are_coordinated() -> None:
-    alloc = service_allocator()
+    alloc = background_allocator()
     plain = CaptureExplore(epsilon=0.0)  # the same, with no groups to coordinate
     last: list[int | None] = [None] * 3
     counts, plain_counts = [0, 0, 0], [0, 0, 0]
@@ -404,14 +405,6 @@ def test_coordinated_weights_refuse_bad_settings(kwargs: dict[str, float], match
         coordinated_weights(PAIR_AND_LONE, [0, 1, 2], [1.0] * 3, PLAIN, 1, 0, **kwargs)  # type: ignore[arg-type]
 
 
-def service_allocator() -> CaptureExplore:
-    """The loop's configuration (proxy.service.loop): no explore share, capture-optimal frequencies
-    (coordinated by the rules' groups when a test passes them)."""
-    from proxy.service.loop import background_allocator
-
-    return background_allocator()
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 4),
@@ -424,7 +417,7 @@ def test_the_service_allocation_spends_the_whole_budget_and_revisits_funded_feed
 ) -> None:
     rate = [max(f[0], 1e-6) for f in feeds]  # pooled rates are never 0
     weight = [f[1] for f in feeds]
-    alloc = service_allocator()
+    alloc = background_allocator()
     history = drive(alloc, budget, 120, rate, weight, window)  # budget never exceeded, distinct, watched
     # Work-conserving: with no explore share, every probe the budget allows is spent on some waiting feed.
     assert all(len(picked) == min(budget, len(feeds)) for picked in history)
@@ -449,7 +442,7 @@ def test_as_many_equal_feeds_as_the_budget_can_watch_are_each_probed_every_windo
     # n <= budget x (window + 1): the frequencies fund every feed in full, so after the first round
     # (the greedy fill's baseline probes) no feed waits longer than an update's window: round-robin's
     # guarantee, at the revisit interval the rules ask for rather than n / budget.
-    history = drive(service_allocator(), budget, 200, [0.05] * n, [1.0] * n, window)
+    history = drive(background_allocator(), budget, 200, [0.05] * n, [1.0] * n, window)
     for r in range(n):
         times = [t for t, picked in enumerate(history) if r in picked]
         gaps = [b - a for a, b in itertools.pairwise(times) if a >= window + 1]
@@ -476,7 +469,7 @@ def test_the_service_allocation_ranks_by_weight_times_pooled_rate(
     rate = pooled_rates([e[0] for e in evidence], [e[1] for e in evidence], POOL_STRENGTH, OPTIMISM_Z)
     # Window 0: one feed's frequency takes the whole budget of 1, so the frequencies decide every probe;
     # the first chronon's probe is the fill's (never probed, smaller id), counted out.
-    history = drive(service_allocator(), 1, 101, rate, weight, 0)[1:]
+    history = drive(background_allocator(), 1, 101, rate, weight, 0)[1:]
     assert [sum(r in picked for picked in history) for r in range(2)] == expected
 
 

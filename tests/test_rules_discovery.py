@@ -301,7 +301,7 @@ def test_update_watchers_count_the_rules_waiting_for_each_feeds_next_update() ->
 
 def test_update_weights_spread_each_rules_worth_over_the_feeds_it_still_waits_for() -> None:
     """What the background allocation weighs: a CEI needs every remaining find, a missed one counts a quarter."""
-    from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+    from proxy.core.discovery import DEAD_CEI_WEIGHT
 
     watch3 = {"name": "w", "watch": {"feeds": ["A", "B", "FEED_CNN"], "within": "3m"}}
     ev = TriggerEvaluator(GRID)

@@ -196,7 +196,7 @@ def test_the_loops_allocator_funds_whole_rules() -> None:
 
 
 def test_the_service_plans_with_the_loops_allocator() -> None:
-    from proxy.rules.evaluator import DEAD_CEI_WEIGHT
+    from proxy.core.discovery import DEAD_CEI_WEIGHT
     from proxy.service.planning import PlanInputs, service_planner
 
     rates = GridRates.constant([0.5, 0.02], 200)

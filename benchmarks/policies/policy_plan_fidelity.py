@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_pull_replica import CHRONONS, DAYS, WINDOW, replay
 
 from proxy.bench.live import trace_workload
-from proxy.rules.evaluator import DEAD_CEI_WEIGHT
 from proxy.service.loop import background_allocator
 from proxy.sim.plan import GridRates, Planner, PlanWatch
 
@@ -43,8 +42,7 @@ def compare(path: Path, profiles: int, budget: int, seed: int,
                         budget=budget)
     rates = GridRates.constant([len(u) / CHRONONS for u in bw.updates], CHRONONS)
     rules = [PlanWatch(f"p{i}", tuple(w), WINDOW) for i, w in enumerate(bw.watched)]
-    loop = Planner(rules, rates, futures=futures, seed=0, allocator=background_allocator,
-                   dead_weight=DEAD_CEI_WEIGHT).evaluate(budget)
+    loop = Planner(rules, rates, futures=futures, seed=0, allocator=background_allocator).evaluate(budget)
     greedy = Planner(rules, rates, futures=futures, seed=0).evaluate(budget)
     known = replay(path, profiles, budget, seed=seed, oracle=True)[0]
     live, rr, _ad, _probes = replay(path, profiles, budget, seed=seed)

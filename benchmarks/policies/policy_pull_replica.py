@@ -19,7 +19,7 @@ over many traces in seconds:
   (``LEVEL_EXPONENT``), the explore share (``EXPLORE_SHARE``), the rules'
   coordinated shares behind the frequencies (``COORDINATION_ROUNDS``), and the
   weights of ``TriggerEvaluator.update_weights`` (a watch rule's worth spread
-  over the feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed),
+  over the feeds its CEI still lacks, ``DEAD_CEI_WEIGHT`` once it is missed: ``waiting_share``),
   with the AuctionWatch bookkeeping redone here;
 - scored like the live bench (``cei_outcome``) against the plain readers at
   equal probes (``match_probes``);
@@ -59,11 +59,10 @@ from pathlib import Path
 from proxy.bench.baselines import AdaptiveParams, match_probes
 from proxy.bench.live import trace_workload
 from proxy.bench.metrics import ProbeRec, cei_outcome
-from proxy.core.discovery import CaptureExplore
+from proxy.core.discovery import CaptureExplore, waiting_share
 from proxy.core.model import CEI
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
-from proxy.rules.evaluator import DEAD_CEI_WEIGHT
 from proxy.service._feeds import update_model_settings
 from proxy.service.loop import (
     COORDINATION_ROUNDS,
@@ -132,7 +131,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         for i, w in enumerate(watches):
             left = [r for r in w if r not in covered[i]]
             if left:
-                groups.append((left, (1.0 if alive[i] else DEAD_CEI_WEIGHT) / len(left)))
+                groups.append((left, waiting_share(len(left), alive[i])))
             for r in left:
                 weight[r] += groups[-1][1]
         waits = {r: w for r, w in weight.items() if w > 0}

@@ -30,6 +30,7 @@ import numpy as np
 from proxy.core.rates import CycleShape, gamma_upper
 
 __all__ = [
+    "DEAD_CEI_WEIGHT",
     "CaptureExplore",
     "FrequencyStride",
     "MemorylessSqrt",
@@ -39,8 +40,27 @@ __all__ = [
     "coordinated_weights",
     "freshness_frequencies",
     "rank_background",
+    "waiting_share",
     "wic_probes",
 ]
+
+DEAD_CEI_WEIGHT = 0.25
+"""A missed watch CEI's pull on the feeds it still waits for, against 1 for a live one
+(``TriggerEvaluator.update_weights``): their updates only end the lost CEI, after which
+the next one starts, so finding them is worth something but not a capture."""
+
+
+def waiting_share(lacking: int, alive: bool, dead_weight: float = DEAD_CEI_WEIGHT) -> float:
+    """A watch rule's worth on each of the ``lacking`` feeds its current CEI still needs.
+
+    Its CEI is captured only if every one of them is caught in time, so one find of
+    ``m`` is worth about ``1/m`` of it; ``dead_weight/m`` once the CEI is missed
+    (``alive`` False). The background allocation's weights are sums of these: the
+    evaluator's, the planner's and the bench's replica's.
+    """
+    if lacking < 1:
+        raise ValueError(f"lacking must be >= 1, got {lacking}")
+    return (1.0 if alive else dead_weight) / lacking
 
 
 def background_probes(

@@ -54,6 +54,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from proxy.core.discovery import waiting_share
 from proxy.errors import ValidationError
 from proxy.rules._regex import MAX_TEXT, CompiledRegex, compile_safe_regex
 from proxy.rules.durations import parse_duration, to_chronons
@@ -92,10 +93,6 @@ __all__ = [
 ]
 
 STATE_VERSION = 1
-DEAD_CEI_WEIGHT = 0.25
-"""A missed watch CEI's pull on the feeds it still waits for, against 1 for a live one
-(:meth:`TriggerEvaluator.update_weights`): their updates only end the lost CEI, after which
-the next one starts, so finding them is worth something but not a capture."""
 MAX_OVERWRITE = 1440
 """The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
 expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
@@ -476,7 +473,7 @@ class TriggerEvaluator:
                 return
             # A CEI not opened yet is not missed yet, whatever became of the previous one.
             alive = state.alive or state.cei_id is None
-            worth = (1.0 if alive else DEAD_CEI_WEIGHT) / len(feeds)
+            worth = waiting_share(len(feeds), alive)
         else:
             feeds, worth = (rule.resource,), 1.0
         self._weight_of[rule_id] = (feeds, worth)

@@ -25,7 +25,6 @@ import numpy as np
 from pydantic import ValidationError as PydanticValidationError
 
 from proxy.rules import FeedUpdateModels, ProfileSpec, parse_duration, to_chronons
-from proxy.rules.evaluator import DEAD_CEI_WEIGHT
 from proxy.rules.ports import ChrononMapping, first_chronon_from
 from proxy.service.loop import background_allocator
 from proxy.sim.plan import (
@@ -237,9 +236,9 @@ def _cron_fires(expr: str, timezone: str, clock: ChrononMapping, start: int, hor
 
 
 def service_planner(inputs: PlanInputs, *, policy: str = "adm-edf", futures: int = 8, seed: int = 0) -> Planner:
-    """A planner of ``inputs`` whose background probes are the loop's (``background_allocator``, ``DEAD_CEI_WEIGHT``)."""
+    """A planner of ``inputs`` whose background probes are the loop's (``background_allocator``)."""
     return Planner(inputs.rules, inputs.rates, policy=policy, futures=futures, seed=seed,
-                   allocator=background_allocator, dead_weight=DEAD_CEI_WEIGHT)
+                   allocator=background_allocator)
 
 
 def run_plan(

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from proxy.core.discovery import CaptureExplore, rank_background
+from proxy.core.discovery import DEAD_CEI_WEIGHT, CaptureExplore, rank_background, waiting_share
 from proxy.core.engine import CeiCaptured, CeiMissed, Engine
 
 __all__ = [
@@ -277,8 +277,8 @@ class Planner:
     ``allocator`` makes a fresh background allocator for each run (the
     service's: ``proxy.service.loop.background_allocator``); ``None``: the
     greedy index. ``dead_weight``: a missed watch CEI's pull on the feeds it
-    still waits for (the evaluator's ``DEAD_CEI_WEIGHT``), read only with an
-    allocator.
+    still waits for (default ``DEAD_CEI_WEIGHT``, the evaluator's), read only
+    with an allocator.
     """
 
     def __init__(
@@ -291,7 +291,7 @@ class Planner:
         seed: int = 0,
         horizon: int | None = None,
         allocator: Callable[[], CaptureExplore] | None = None,
-        dead_weight: float = 0.25,
+        dead_weight: float = DEAD_CEI_WEIGHT,
     ) -> None:
         from proxy.core.policies import get_policy
 
@@ -366,9 +366,11 @@ class Planner:
         self._weight = weight[self._watched]
         # The allocator's rates: each feed's mean over the chronons its frequencies serve from t
         # (CaptureExplore reads a seasonal feed's rate over max(window + 1, refresh) chronons ahead).
-        span = max((self._wait_window or 0) + 1, 10)
-        longer = np.concatenate([np.zeros((n, 1)), np.cumsum(rates.extended(self._end + span), axis=1)], axis=1)
-        self._ahead = np.maximum(longer[:, span:] - longer[:, :-span], 0.0) / span
+        self._ahead = np.zeros((n, 0))
+        if allocator is not None:
+            span = max((self._wait_window or 0) + 1, 10)
+            longer = np.concatenate([np.zeros((n, 1)), np.cumsum(rates.extended(self._end + span), axis=1)], axis=1)
+            self._ahead = np.maximum(longer[:, span:] - longer[:, :-span], 0.0) / span
         self._memo: dict[int, PlanPoint] = {}
 
     @property
@@ -635,7 +637,7 @@ class _Run:
                 feeds, alive = tuple(f for f in rule.feeds if f not in got), c not in self.dead
             if not feeds:
                 return
-            share = (1.0 if alive else p.dead_weight) / len(feeds)
+            share = waiting_share(len(feeds), alive, p.dead_weight)
         elif rule.fires is None:
             feeds, share = (rule.feed,), 1.0
         else:
