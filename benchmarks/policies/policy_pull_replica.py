@@ -78,14 +78,16 @@ from proxy.service.predicted import Predicted, PredictedProbes
 LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
 WEEK = 7 * 86_400.0
-CHRONONS, WINDOW, DAYS = 200, 10, 14
+CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 
 
 def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_exponent: float = LEVEL_EXPONENT,
            predicted: str = "off", share: float = 1.0, length: float = LENGTH,
            kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH, explore: float = EXPLORE_SHARE,
            seed: int = 1, fade: float = EVIDENCE_FADE,
-           rounds: int = COORDINATION_ROUNDS, oracle: bool = False) -> tuple[float, float, float, int]:
+           rounds: int = COORDINATION_ROUNDS, oracle: bool = False, past_rates: bool = False,
+           rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
+           days: float = DAYS) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -95,9 +97,13 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     ``pool``, ``explore``: the loop's ``POOL_STRENGTH`` and ``EXPLORE_SHARE``; ``seed``: the
     workload's profiles (the live bench's ``--seed``). ``oracle``: the allocation is given each
     feed's true mean rate over the run instead of the learnt, pooled one (what perfect
-    knowledge of the rates, not of the update times, would buy).
+    knowledge of the rates, not of the update times, would buy). ``past_rates``: the allocation
+    is given each feed's true rate so far (every update up to now, probed or not, with half an
+    update of prior at the pool's pace): what knowing every feed's past, which only probes buy,
+    is worth, without the future that ``oracle`` adds. ``rank``, ``window``, ``chronons``,
+    ``days``: the live bench's ``--rank``, ``--window``, ``--chronons`` and ``--days``.
     """
-    bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=seed,
+    bw = trace_workload(path, chronons=chronons, days=days, profiles=profiles, rank=rank, window=window, seed=seed,
                         budget=budget)
     ups = bw.updates
     watches = [tuple(w) for w in bw.watched]
@@ -125,7 +131,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         return float(math.floor(ORIGIN + (u - 0.1) * length))
 
     probes: list[ProbeRec] = []
-    for t in range(CHRONONS):
+    for t in range(chronons):
         weight: dict[int, float] = defaultdict(float)
         groups: list[tuple[list[int], float]] = []  # TriggerEvaluator.update_groups
         for i, w in enumerate(watches):
@@ -135,15 +141,19 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
             for r in left:
                 weight[r] += groups[-1][1]
         waits = {r: w for r, w in weight.items() if w > 0}
-        first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, WINDOW, set())
+        first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, window, set())
         feeds = [r for r in watched if r in waits and r not in first]
-        if oracle:
-            rate = [max(len(ups[r]) / CHRONONS, 1e-9) for r in feeds]
+        if past_rates:
+            seen = [sum(1 for u in ups[r] if u <= t) for r in feeds]
+            pace = (sum(seen) + 1.0) / (len(feeds) * (t + 1.0) + 1.0)
+            rate = [(c + 0.5) / (t + 1.0 + 0.5 / pace) for c in seen]
+        elif oracle:
+            rate = [max(len(ups[r]) / chronons, 1e-9) for r in feeds]
         else:
             rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
                                 unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
         picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
-                                        [waits[r] for r in feeds], WINDOW, shape=[shapes[r] for r in feeds],
+                                        [waits[r] for r in feeds], window, shape=[shapes[r] for r in feeds],
                                         groups=lambda g=groups: g)
         for r in picked:
             probes.append(ProbeRec(r, t, float(t), True))
@@ -158,7 +168,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                 for u in found:  # each change in turn, as TriggerEvaluator.on_probe (update_chronons)
                     if u <= prev[i] or r in covered[i]:
                         continue
-                    alive[i] = alive[i] and t <= u + WINDOW
+                    alive[i] = alive[i] and t <= u + window
                     covered[i][r] = u
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
@@ -175,9 +185,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
                      for c in bw.workload.ceis)
     sub_updates = [list(ups[r]) for r in watched]
-    params = AdaptiveParams(max_interval=CHRONONS // 2, lookback=CHRONONS // 5, window=20)
-    rr = match_probes("round-robin", sub_ceis, sub_updates, CHRONONS, len(probes), params).completeness
-    ad = match_probes("adaptive", sub_ceis, sub_updates, CHRONONS, len(probes), params).completeness
+    params = AdaptiveParams(max_interval=chronons // 2, lookback=chronons // 5, window=20)
+    rr = match_probes("round-robin", sub_ceis, sub_updates, chronons, len(probes), params).completeness
+    ad = match_probes("adaptive", sub_ceis, sub_updates, chronons, len(probes), params).completeness
     return live, rr, ad, len(probes)
 
 
@@ -208,6 +218,13 @@ def main() -> None:
     parser.add_argument("--predicted", action="append",
                         help="predicted EIs to compare: off, sup, fbsup, optionally /KINDS (the model kinds "
                              "that get them) and @SHARE of the budget (fbsup/periodic,seasonal@0.5); default off")
+    parser.add_argument("--window", type=int, default=WINDOW, help=f"the rules' window W (default {WINDOW})")
+    parser.add_argument("--rank", type=int, default=RANK, help=f"largest profile rank (default {RANK})")
+    parser.add_argument("--chronons", type=int, default=CHRONONS, help=f"chronons K (default {CHRONONS})")
+    parser.add_argument("--days", type=float, default=DAYS, help=f"days of the trace replayed (default {DAYS:g})")
+    parser.add_argument("--rates", choices=("learnt", "run", "past"), default="learnt",
+                        help="the rates the allocation gets: learnt (the service's), run (each feed's true mean "
+                             "over the run) or past (its true rate so far, probed or not)")
     parser.add_argument("--chronon-seconds", type=float, default=LENGTH,
                         help=f"seconds per chronon on the models' clock (default {LENGTH}, the live bench's; "
                              f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
@@ -230,7 +247,9 @@ def main() -> None:
             live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e, mode, share,
                                      args.chronon_seconds, kinds, pool=pool, explore=explore,
                                      seed=int(seed[0]) if seed else 1, fade=args.fade,
-                                     rounds=args.rounds)
+                                     rounds=args.rounds, rank=args.rank, window=args.window,
+                                     oracle=args.rates == "run", past_rates=args.rates == "past",
+                                     chronons=args.chronons, days=args.days)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
         label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
