@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -57,6 +58,33 @@ async def test_tiny_live_run_agrees_with_its_ground_truth(tmp_path: Path) -> Non
     for key in ("cei_completeness", "entry_completeness", "probes", "eis_agree", "entries_stored"):
         assert again["live"][key] == live[key], key
     assert again["sim_lag"] == r["sim_lag"]
+
+
+@pytest.mark.slow
+async def test_pull_only_first_documents_are_dated_on_the_run_s_own_timeline(tmp_path: Path) -> None:
+    """Each feed's placeholder entry is dated just before the rules exist, not on the farm's epoch.
+
+    Dated months back, it read as months of silence: every feed's update model took it for a
+    dead one, and the live run drifted from its replica (docs/discovery.md, "Other workloads").
+    """
+    import sqlite3
+
+    bw = poisson_workload(resources=6, profiles=4, chronons=20, lam=4, rank=2, window=5, seed=4)
+    cfg = LiveConfig(policy="adm-edf", budget=2, chronon_seconds=0.2, service="inline", lead_chronons=3,
+                     ping_drop_rate=1.0)
+    r = await run_benchmark(bw, cfg, tmp_path, "pull")
+    assert r["live"]["probes"] > 0
+    with sqlite3.connect(tmp_path / "pull.sqlite3") as db:
+        first_probe = db.execute("select min(started_at) from probes").fetchone()[0]
+        oldest = db.execute("select min(published) from entries").fetchone()[0]
+        created = db.execute("select min(created_at) from profiles").fetchone()[0]
+        # Per probed feed, its oldest stored entry: the placeholder.
+        placeholders = [row[0] for row in db.execute("select min(published) from entries group by feed_id")]
+    span = dt.datetime.fromisoformat(first_probe) - dt.datetime.fromisoformat(oldest)
+    # Within the lead and a chronon or two of set-up: seconds, not the months to the farm's epoch.
+    assert dt.timedelta(0) <= span < dt.timedelta(seconds=30), (oldest, first_probe)
+    # Dated before the rules were made: backlog, not a change the rules waited for.
+    assert placeholders and all(p < created for p in placeholders), (placeholders, created)
 
 
 def _fake_result(tag: str, policy: str, budget: int, live: float) -> dict[str, object]:

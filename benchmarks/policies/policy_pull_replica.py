@@ -78,6 +78,7 @@ from proxy.service.predicted import Predicted, PredictedProbes
 LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
 WEEK = 7 * 86_400.0
+PLACEHOLDER = -1.0  # the chronon the live bench dates each feed's placeholder entry at (about)
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 
 
@@ -172,7 +173,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                     covered[i][r] = u
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
-            models.observe_document(r, at, [dated(u) for u in ups[r] if u <= t][-20:])
+            # The farm's document: its placeholder entry (dated a chronon before the run), then
+            # the updates so far, the newest 20.
+            models.observe_document(r, at, [dated(u) for u in [PLACEHOLDER, *(u for u in ups[r] if u <= t)]][-20:])
             last[r], last_at[r] = t, at
             if planner is not None:
                 planner.on_probe(r, t, before is not None and bool(found))

@@ -532,10 +532,11 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
     began = time.time()
     busy: list[tuple[int, int]] = []
     try:
-        # With a trace's history, each document starts as that history (below); otherwise one
-        # undated-looking entry, so the first fetch has something to compare later ones to.
+        # Each document starts as the trace's history, or as one placeholder entry so the first
+        # fetch has something to compare later ones to; both are dated on the service's
+        # timeline below, before the first fetch.
         async with FeedFarm(feeds=[str(i) for i in range(n)], window=cfg.feed_window,
-                            prefill=0 if bw.history else 1,
+                            prefill=0,
                             clock=clock, drive=True, seconds_per_trace_unit=length,
                             trace_unit=dt.timedelta(seconds=length),
                             schedule=schedule, log_path=log_path, ping_drop_rate=cfg.ping_drop_rate,
@@ -560,16 +561,26 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                     for r, b in enumerate(feeds_out):
                         farm.set_ping_target(str(r), f"{base}/api/v1/feeds/{b['id']}/ping",
                                              {"X-Ping-Token": b["ping_token"]})
+                    # No feed is probed before a rule watches it, so what a document holds before
+                    # the run is in place before the first fetch.
+                    provisional = await runner.clock()
                     if bw.history:
-                        # No feed is probed before a rule watches it, so the history is in place
-                        # before the first fetch. It is dated on a provisional anchor: workload
-                        # chronon 0 then starts later by the profiles' registration time, a gap
-                        # of a few chronons with no update at the history's end.
-                        provisional = await runner.clock()
+                        # Dated on a provisional anchor: workload chronon 0 then starts later by
+                        # the profiles' registration time, a gap of a few chronons with no update
+                        # at the history's end.
                         early = provisional.start_of(provisional.current() + cfg.lead_chronons).timestamp()
                         for r, times in enumerate(bw.history):
                             farm.backfill(str(r), (dt.datetime.fromtimestamp(early + x * length, dt.UTC)
                                                    for x in times))
+                    else:
+                        # The placeholder is dated a chronon before the rules exist: it says
+                        # nothing of the feed's past. Dated on the farm's default epoch it read as
+                        # months of silence on the service's timeline, and the update models took
+                        # every feed for a dead one (docs/discovery.md, "Other workloads").
+                        placeholder = dt.datetime.fromtimestamp(
+                            provisional.start_of(provisional.current()).timestamp() - length, dt.UTC)
+                        for r in range(n):
+                            farm.backfill(str(r), [placeholder])
                     profiles_out = await asyncio.gather(*(
                         post("/api/v1/profiles", {"name": f"p{p}", "rules": [{"name": "watch", "watch": {
                             "feeds": [str(feed_ids[r]) for r in feeds], "within": within}}]})
