@@ -6,12 +6,12 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import gamma, norm
 
 from proxy.core.discovery import CaptureExplore, capture_frequencies, coordinated_weights
-from proxy.core.rates import CycleShape, OnlineRates, gamma_upper, pooled_rates
+from proxy.core.rates import POOL_EXPOSURE_CAP, CycleShape, OnlineRates, gamma_upper, pooled_rates
 from proxy.service.loop import background_allocator
 
 
@@ -251,6 +251,8 @@ def test_pooled_rates_rise_with_updates_fall_with_exposure_and_stay_positive(
     rates = pooled_rates(n, t, strength, z)
     assert all(0 < r < math.inf for r in rates)
     i = k % len(feeds)
+    # Where the pool caps a long record, moving the median can move the pool either way (below).
+    assume(not _capped(t) and not _capped([*t[:i], t[i] + 10.0, *t[i + 1:]]))
     # One more update on feed i (the pool moves too) raises feed i's rate; more exposure lowers it.
     more = pooled_rates([*n[:i], n[i] + 1, *n[i + 1:]], t, strength, z)
     longer = pooled_rates(n, [*t[:i], t[i] + 10.0, *t[i + 1:]], strength, z)
@@ -259,6 +261,30 @@ def test_pooled_rates_rise_with_updates_fall_with_exposure_and_stay_positive(
     assert all(o >= r for o, r in zip(pooled_rates(n, t, strength, z + 1), rates, strict=True))
     # Order does not matter (the pool is a sum).
     assert pooled_rates(n[::-1], t[::-1], strength, z)[::-1] == pytest.approx(rates)
+
+
+def _capped(exposure: list[float]) -> bool:
+    seen = sorted(x for x in exposure if x > 0)
+    if not seen:
+        return False
+    mid = len(seen) // 2
+    median = seen[mid] if len(seen) % 2 else (seen[mid - 1] + seen[mid]) / 2
+    return max(seen) > POOL_EXPOSURE_CAP * median
+
+
+def test_one_dormant_feed_does_not_drag_the_pool_and_every_other_feed_down() -> None:
+    # Ten feeds that updated ten times in ten chronons each, and one whose only entry is a year of
+    # chronons old: that feed is slow, but the others' pool (their prior) stays about their own rate.
+    n, t = [10.0] * 10 + [0.0], [10.0] * 10 + [1e6]
+    rates = pooled_rates(n, t, 8.0, 0.0)
+    # The pool: the dormant record counts as 4 x the median's 10 chronons, m = 101 / 141.
+    m = 101 / 141
+    assert rates[0] == pytest.approx(gamma_upper(18.0, 8.0 / m + 10.0, 0.0), rel=1e-6)
+    assert rates[0] > 0.6  # a plain sum would give m = 101 / 1,000,101 and 18 / (8 / m + 10) = 2e-4
+    assert rates[10] < 1e-5  # the dormant feed keeps its whole record
+    # Records of similar length are not capped: the pool is the plain sum.
+    assert pooled_rates([4.0, 0.0], [100.0, 300.0], 8.0, 0.0) == pytest.approx(
+        [gamma_upper(12.0, 8.0 / (5 / 401) + 100.0, 0.0), gamma_upper(8.0, 8.0 / (5 / 401) + 300.0, 0.0)])
 
 
 @pytest.mark.parametrize(

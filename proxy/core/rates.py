@@ -232,6 +232,25 @@ def gamma_upper(shape: float, rate: float, z: float) -> float:
     return shape / rate * max(c, 0.0) ** 3
 
 
+POOL_EXPOSURE_CAP = 4.0
+"""In the pool's rate, no feed's record counts for more than this many times the median feed's
+exposure (:func:`pooled_rates`)."""
+
+
+def _pool_rate(n: np.ndarray, t: np.ndarray) -> float:
+    """``(Σ updates + 1) / (Σ exposure + 1)`` with each record scaled down to at most
+    :data:`POOL_EXPOSURE_CAP` times the median exposure of the feeds observed at all."""
+    seen = t[t > 0]
+    if seen.size:
+        cap = POOL_EXPOSURE_CAP * float(np.median(seen))
+        over = t > cap
+        if over.any():
+            scale = np.ones_like(t)
+            scale[over] = cap / t[over]
+            n, t = n * scale, t * scale
+    return (float(n.sum()) + 1.0) / (float(t.sum()) + 1.0)
+
+
 def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: float,
                  z: float = 0.0, unseen: Sequence[float] | None = None, fade: float = math.inf) -> list[float]:
     """Each feed's rate per chronon from its evidence, shrunk toward the pool's (empirical Bayes).
@@ -246,6 +265,13 @@ def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: 
     the median, ``z > 0`` optimistic about a feed seen little). A feed with no
     evidence gets the pool's rate, one with many updates its own
     ``updates / exposure``.
+
+    In the pool, a record longer than :data:`POOL_EXPOSURE_CAP` times the
+    median feed's exposure counts as that long (its updates scaled alike): a
+    dormant feed whose one entry is a year old has a year of silence on record,
+    which is right for that feed, but as a plain sum it would drag the pool's
+    rate, and so every other feed's prior and fading, down to nearly nothing
+    (``docs/discovery.md``, "Other workloads").
 
     ``unseen[i]`` (chronons since feed ``i``'s record was last refreshed: its
     last successful probe) fades the record while nobody looks: it counts
@@ -276,7 +302,7 @@ def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: 
         raise ValueError(f"fade must be > 0 (inf: records never fade), got {fade}")
     if n.size == 0:
         return []
-    pool = (float(n.sum()) + 1.0) / (float(t.sum()) + 1.0)
+    pool = _pool_rate(n, t)
     if unseen is not None and math.isfinite(fade):
         age = np.asarray(unseen, dtype=np.float64)
         if age.shape != n.shape or not np.isfinite(age).all() or (age < 0).any():
