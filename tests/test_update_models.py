@@ -485,6 +485,35 @@ def test_the_posterior_narrows_with_data_and_the_slot_evidence_follows() -> None
     assert factors[2] < 1 + 1.5 * OPTIMISM_Z / math.sqrt(300)  # about 1 + z/sqrt(n) with plenty of data
 
 
+def test_a_cycle_is_not_learnt_from_less_than_two_of_it() -> None:
+    # A feed posting every minute, probed every 30 s for 40 minutes (the demo's feeds; a busy feed's
+    # first hour): every entry falls at one time of day. Tried on that, the daily FPN fits them as
+    # one slot and wins on the held-out minutes, and the feed "next updates" tomorrow.
+    from proxy.service._feeds import update_model_settings
+
+    updates = [T0 + 60.0 * k for k in range(1, 41)]
+    est = {}
+    for cycles in (2.0, 0.01):  # the default, and the guard off
+        m = FeedUpdateModels(replace(update_model_settings(1.0), min_cycles=cycles))
+        prev, t = None, T0
+        while t < updates[-1]:
+            t += 30.0
+            seen = [u for u in updates if u <= t]
+            if prev is not None:
+                new = [u for u in seen if u > prev]
+                m.observe_probe("busy", prev, t, len(new), new)
+            m.observe_document("busy", t, seen[-20:])
+            prev = t
+        est[cycles] = (m.estimate("busy", after=t), t)
+    off, _ = est[0.01]
+    assert off.kind == "periodic" and off.period_seconds == DAY  # what the guard prevents
+    on, now = est[2.0]
+    assert on.kind == "poisson"
+    assert on.next_expected - now < 10 * 60  # minutes away, not a day
+    with pytest.raises(ValueError, match="min_cycles"):
+        UpdateModelSettings(min_cycles=0.0)
+
+
 @pytest.mark.parametrize(("chronon", "merge"), [(60.0, 60.0), (3600.0, 60.0), (0.3, 0.3), (10.0, 10.0)])
 def test_the_service_merges_dates_within_one_chronon_at_most(chronon: float, merge: float) -> None:
     from proxy.service._feeds import update_model_settings

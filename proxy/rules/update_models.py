@@ -109,6 +109,7 @@ class UpdateModelSettings:
     old_gap_minimum: float = 30 * DAY  # … and at least this long, are stragglers (pinned posts), not history
     holdout_fraction: float = 0.25  # the newest share of the observations scores the candidates
     min_shape_updates: int = 16  # timed updates needed before seasonal or periodic models are tried
+    min_cycles: float = 2.0  # … on a record spanning at least this many of the cycle (day, week, period)
     min_holdout_updates: int = 4
     selection_margin: float = 2.0  # nats a richer model must win by on the held-out part
     seasonal_pseudo_updates: float = 24.0  # weight of the population profile in a feed's profile
@@ -131,6 +132,8 @@ class UpdateModelSettings:
             raise ValueError("merge_window, future_tolerance >= 0 and min_jitter > 0 required")
         if self.max_updates < 16 or self.max_censored < 16:
             raise ValueError("max_updates and max_censored must be >= 16")
+        if not self.min_cycles > 0:
+            raise ValueError("min_cycles must be > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,8 +628,14 @@ class FeedUpdateModels:
         fits: dict[str, _Fit] = {"poisson": PoissonFit(obs.rate(prior))}
         if obs.timed.size < cfg.min_shape_updates // 2:
             return fits
+        # A cycle is not learnt from less than a few of it: twenty entries from the last hour all
+        # fall at one time of day, and a daily model would then expect the next update tomorrow.
+        starts = np.concatenate((obs.cover_start, obs.censored_start))
+        span = float(np.concatenate((obs.cover_end, obs.censored_end)).max() - starts.min()) if starts.size else 0.0
         if "seasonal" in cfg.kinds:
             for cycle, name in ((DAY, "seasonal/day"), (WEEK, "seasonal/week")):
+                if span < cfg.min_cycles * cycle:
+                    continue
                 shape = fit_seasonal(
                     obs, 1.0, self.profile, cycle=cycle, shift=self._shift(f),
                     pseudo_updates=cfg.seasonal_pseudo_updates,
@@ -634,6 +643,8 @@ class FeedUpdateModels:
                 fits[name] = SeasonalFit(seasonal_level(obs, shape, prior), shape.weights, cycle, shape.shift)
         if "periodic" in cfg.kinds:
             for period in period_candidates(obs.timed, minimum=10 * cfg.min_jitter):
+                if span < cfg.min_cycles * period:
+                    continue
                 fit = fit_periodic(obs, period, min_jitter=cfg.min_jitter, min_updates=cfg.min_shape_updates // 2)
                 if fit is not None:
                     fits[f"periodic/{period:g}"] = fit
