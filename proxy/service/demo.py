@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import random
 import sys
 import tempfile
@@ -137,7 +138,12 @@ async def run_demo(*, port: int, seconds: float, chronon: float, budget: int, po
 
     stop = asyncio.Event()
     try:
-        async with FeedFarm(feeds=feed_ids, window=20, prefill=3) as farm:
+        # The farm's calendar is the service's: entries dated as they are published, so the feeds'
+        # update models (GET /api/v1/feeds/{id}) learn the demo's pace. On the farm's default
+        # calendar (2026-01-01, a trace minute per 0.05 s) a feed posting every few seconds read as
+        # one posting a few times a year, months ago.
+        async with FeedFarm(feeds=feed_ids, window=20, prefill=3, seconds_per_trace_unit=1.0,
+                            trace_unit=dt.timedelta(seconds=1), epoch=dt.datetime.now(dt.UTC)) as farm:
             service = ProxyService(settings)
             app = make_app(settings, service=service)
             server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
