@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from policy_pull_replica import CHRONONS, DAYS, WINDOW, replay
+from policy_pull_replica import CHRONONS, DAYS, RANK, WINDOW, replay
 
 from proxy.bench.live import trace_workload
 from proxy.service.loop import background_allocator
@@ -38,13 +38,13 @@ def compare(path: Path, profiles: int, budget: int, seed: int,
             futures: int) -> tuple[float, float, float, float, float, float]:
     """Plan with the loop's allocator and its standard error, plan with the greedy index, replica with the
     true rates, replica, round-robin."""
-    bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=3, window=WINDOW, seed=seed,
+    bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=RANK, window=WINDOW, seed=seed,
                         budget=budget)
     rates = GridRates.constant([len(u) / CHRONONS for u in bw.updates], CHRONONS)
     rules = [PlanWatch(f"p{i}", tuple(w), WINDOW) for i, w in enumerate(bw.watched)]
     loop = Planner(rules, rates, futures=futures, seed=0, allocator=background_allocator).evaluate(budget)
     greedy = Planner(rules, rates, futures=futures, seed=0).evaluate(budget)
-    known = replay(path, profiles, budget, seed=seed, oracle=True)[0]
+    known = replay(path, profiles, budget, seed=seed, rates="run")[0]
     live, rr, _ad, _probes = replay(path, profiles, budget, seed=seed)
     return loop.completeness or 0.0, loop.stderr, greedy.completeness or 0.0, known, live, rr
 

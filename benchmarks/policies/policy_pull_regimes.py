@@ -39,7 +39,7 @@ CEILING = 1 / 1.3
 def _run(job: tuple[str, int, tuple[int, int, int, int], str]) -> tuple[float, float, float]:
     path, seed, (profiles, budget, window, rank), rates = job
     live, rr, ad, _ = replica.replay(Path(path), profiles, budget, seed=seed, rank=rank, window=window,
-                                     oracle=rates == "run", past_rates=rates == "past")
+                                     rates=rates)
     return live, rr, ad
 
 
@@ -57,7 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--setting", action="append", type=_setting, required=True,
                         help="PROFILES:BUDGET:WINDOW:RANK (the live bench's options)")
-    parser.add_argument("--rates", action="append", choices=("learnt", "past", "run"),
+    parser.add_argument("--rates", action="append", choices=replica.RATES,
                         help="rates given to the allocation (default learnt)")
     parser.add_argument("--group", nargs="+", action="append", required=True, metavar="NAME TRACE",
                         help="a group's name, then its traces (TRACE.csv[:SEED])")

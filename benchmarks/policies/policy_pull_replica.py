@@ -79,6 +79,7 @@ LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
 WEEK = 7 * 86_400.0
 PLACEHOLDER = -1.0  # the chronon the live bench dates each feed's placeholder entry at (about)
+RATES = ("learnt", "run", "past")  # replay's rates: the service's, or an oracle's
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 
 
@@ -86,7 +87,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            predicted: str = "off", share: float = 1.0, length: float = LENGTH,
            kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH, explore: float = EXPLORE_SHARE,
            seed: int = 1, fade: float = EVIDENCE_FADE,
-           rounds: int = COORDINATION_ROUNDS, oracle: bool = False, past_rates: bool = False,
+           rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
            days: float = DAYS) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
@@ -96,14 +97,16 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     ``length``: seconds per chronon on the models' clock (the live bench's 0.3 s squeezes
     two weeks into a minute, faster than any model's prior expects updates).
     ``pool``, ``explore``: the loop's ``POOL_STRENGTH`` and ``EXPLORE_SHARE``; ``seed``: the
-    workload's profiles (the live bench's ``--seed``). ``oracle``: the allocation is given each
-    feed's true mean rate over the run instead of the learnt, pooled one (what perfect
-    knowledge of the rates, not of the update times, would buy). ``past_rates``: the allocation
-    is given each feed's true rate so far (every update up to now, probed or not, with half an
-    update of prior at the pool's pace): what knowing every feed's past, which only probes buy,
-    is worth, without the future that ``oracle`` adds. ``rank``, ``window``, ``chronons``,
+    workload's profiles (the live bench's ``--seed``). ``rates``: what the allocation is given,
+    ``learnt`` (the service's pooled rates), ``run`` (each feed's true mean rate over the run:
+    what perfect knowledge of the rates, not of the update times, would buy) or ``past`` (each
+    feed's true rate so far, every update up to now, probed or not, with half an update of prior
+    at the pool's pace: what knowing every feed's past, which only probes buy, is worth, without
+    the future that ``run`` adds). ``rank``, ``window``, ``chronons``,
     ``days``: the live bench's ``--rank``, ``--window``, ``--chronons`` and ``--days``.
     """
+    if rates not in RATES:
+        raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
     bw = trace_workload(path, chronons=chronons, days=days, profiles=profiles, rank=rank, window=window, seed=seed,
                         budget=budget)
     ups = bw.updates
@@ -144,11 +147,11 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         waits = {r: w for r, w in weight.items() if w > 0}
         first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, window, set())
         feeds = [r for r in watched if r in waits and r not in first]
-        if past_rates:
+        if rates == "past":
             seen = [sum(1 for u in ups[r] if u <= t) for r in feeds]
             pace = (sum(seen) + 1.0) / (len(feeds) * (t + 1.0) + 1.0)
             rate = [(c + 0.5) / (t + 1.0 + 0.5 / pace) for c in seen]
-        elif oracle:
+        elif rates == "run":
             rate = [max(len(ups[r]) / chronons, 1e-9) for r in feeds]
         else:
             rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
@@ -225,7 +228,7 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=RANK, help=f"largest profile rank (default {RANK})")
     parser.add_argument("--chronons", type=int, default=CHRONONS, help=f"chronons K (default {CHRONONS})")
     parser.add_argument("--days", type=float, default=DAYS, help=f"days of the trace replayed (default {DAYS:g})")
-    parser.add_argument("--rates", choices=("learnt", "run", "past"), default="learnt",
+    parser.add_argument("--rates", choices=RATES, default="learnt",
                         help="the rates the allocation gets: learnt (the service's), run (each feed's true mean "
                              "over the run) or past (its true rate so far, probed or not)")
     parser.add_argument("--chronon-seconds", type=float, default=LENGTH,
@@ -251,7 +254,7 @@ def main() -> None:
                                      args.chronon_seconds, kinds, pool=pool, explore=explore,
                                      seed=int(seed[0]) if seed else 1, fade=args.fade,
                                      rounds=args.rounds, rank=args.rank, window=args.window,
-                                     oracle=args.rates == "run", past_rates=args.rates == "past",
+                                     rates=args.rates,
                                      chronons=args.chronons, days=args.days)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")

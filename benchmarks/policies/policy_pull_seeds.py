@@ -16,7 +16,7 @@ wrapping its ``trace_workload``. Replica figures do not depend on the load.
 A trace is ``TRACE.csv:PROFILES:BUDGET[:SEED]`` as for the replica. Prints,
 per group, the worst and the median ratio to the better reader before and after.
 ``--oracle-after`` replays this version with every feed's true mean rate over
-the run given to the allocation (the replica's ``oracle``) instead of the learnt
+the run given to the allocation (the replica's ``rates="run"``) instead of the learnt
 one: with ``--before .`` it measures what learning the rates costs.
 """
 
@@ -45,10 +45,9 @@ def worker(tree: Path, specs: list[str], oracle: bool = False) -> None:
         name, profiles, budget, *rest = spec.split(":")
         seed = int(rest[0]) if rest else 1
         replica.trace_workload = lambda path, _s=seed, **kw: wrapped(path, **{**kw, "seed": _s})
-        if oracle:
-            live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0, oracle=True)
-        else:
-            live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0)
+        # An older tree's replay may have no rates argument: pass it only for the oracle.
+        extra = {"rates": "run"} if oracle else {}
+        live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0, **extra)
         print(json.dumps({"spec": spec, "live": live, "rr": rr, "ad": ad, "probes": probes}), flush=True)
 
 
