@@ -60,6 +60,7 @@ def test_rules_compile_as_the_evaluator_does() -> None:
     # Expected updates per chronon from the models: the population prior, one per 6 h.
     expected = models.expected_updates(80, CLOCK.start_of(start).timestamp(), CLOCK.start_of(start + 1).timestamp())
     assert inputs.rates.rate(1, 0) == pytest.approx(expected) == pytest.approx(60 / (6 * 3600), rel=0.01)
+    assert inputs.evidence == ((0.0, 0.0),) * 3  # no feed fetched yet: the plan's allocation learns from nothing
 
 
 def test_run_plan_report_lines_and_json() -> None:
@@ -68,6 +69,12 @@ def test_run_plan_report_lines_and_json() -> None:
     # A feed whose documents show one update every 5 minutes.
     models.observe_document(10, ORIGIN.timestamp(), [ORIGIN.timestamp() - 300 * k for k in range(1, 200)])
     inputs = plan_inputs(profiles, {1: 10}, models, CLOCK, 0, 300)
+    # The record the plan's allocation learns from, in chronons: 198 gaps of 5 min behind the first fetch.
+    assert inputs.evidence is not None
+    (updates, exposure), = inputs.evidence
+    held, seconds = models.evidence(10)
+    assert (updates, exposure) == (held, seconds / 60)
+    assert updates >= 198 and exposure == pytest.approx(198 * 5, rel=0.01)
     report = run_plan(inputs, budget=1, target=0.9, policy="adm-edf", futures=3, seed=1)
     assert report.current.completeness == 1.0  # one feed, probed every chronon
     lines = report.lines()

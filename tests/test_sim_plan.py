@@ -6,9 +6,10 @@ import functools
 
 import pytest
 
-from proxy.service.loop import background_allocator
+from proxy.service.loop import EVIDENCE_FADE, OPTIMISM_Z, POOL_STRENGTH, background_allocator
 from proxy.sim.plan import (
     GridRates,
+    PlanLearning,
     Planner,
     PlanQuery,
     PlanRule,
@@ -233,3 +234,70 @@ def test_with_the_loops_allocator_temporal_triggers_alone_spend_only_the_engines
     point = Planner(rules, rates, futures=2, allocator=background_allocator).evaluate(2)
     assert point.completeness == 1.0
     assert point.probes_per_chronon == pytest.approx(0.1)  # one probe per fire, of the trigger's feed
+
+
+# -- learning the rates as the loop does (PlanLearning) ----------------------------------------
+
+# Two feeds changing every other chronon, four changing once in a hundred; a rank-1 watch rule on
+# each, W = 1, one probe per chronon: funding the two fast feeds in full captures nearly all CEIs.
+_MIXED = GridRates.constant([0.5, 0.5, 0.01, 0.01, 0.01, 0.01], 400)
+_SINGLES = [PlanWatch(f"p{f}", (f,), 1) for f in range(6)]
+
+
+def _learning_plan(learning: PlanLearning | None) -> float:
+    point = Planner(_SINGLES, _MIXED, futures=4, seed=3, allocator=background_allocator,
+                    learning=learning).evaluate(1)
+    assert point.completeness is not None
+    return point.completeness
+
+
+def test_a_record_that_matches_the_rates_plans_as_known_rates() -> None:
+    # 10^5 chronons on record at each feed's true rate: the pooled rates are the feeds' own.
+    record = PlanLearning((5e4, 5e4, 1e3, 1e3, 1e3, 1e3), (1e5,) * 6, POOL_STRENGTH, OPTIMISM_Z)
+    known = _learning_plan(None)
+    assert known > 0.95
+    assert _learning_plan(record) == pytest.approx(known, abs=0.005)
+
+
+def test_learning_from_nothing_costs_the_plan_what_exploring_costs() -> None:
+    fresh = _learning_plan(PlanLearning.fresh(6, POOL_STRENGTH, OPTIMISM_Z, EVIDENCE_FADE))
+    # Every feed looks alike at first, the slow ones are probed until they look slow.
+    assert 0.80 < fresh < _learning_plan(None) - 0.05
+
+
+def test_the_allocation_follows_the_record_not_the_planned_rates() -> None:
+    # A record that swaps fast and slow: the allocation funds the slow feeds and starves the fast
+    # ones, whose record no probe corrects; fading it lets the optimism of a feed unseen come back.
+    wrong = (1e3, 1e3, 5e4, 5e4, 5e4, 5e4)
+    kept = _learning_plan(PlanLearning(wrong, (1e5,) * 6, POOL_STRENGTH, OPTIMISM_Z))
+    faded = _learning_plan(PlanLearning(wrong, (1e5,) * 6, POOL_STRENGTH, OPTIMISM_Z, EVIDENCE_FADE))
+    assert kept < 0.05
+    assert kept + 0.05 < faded < 0.5
+
+
+def test_learning_must_hold_one_record_per_feed() -> None:
+    with pytest.raises(ValueError, match="learning holds 2 feeds' records; the rates cover 6"):
+        Planner(_SINGLES, _MIXED, allocator=background_allocator,
+                learning=PlanLearning.fresh(2, POOL_STRENGTH, OPTIMISM_Z))
+    with pytest.raises(ValueError, match="one value per feed"):
+        PlanLearning((1.0,), (), POOL_STRENGTH, OPTIMISM_Z)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        PlanLearning((-1.0,), (1.0,), POOL_STRENGTH, OPTIMISM_Z)
+    with pytest.raises(ValueError, match="strength must be finite and > 0"):
+        PlanLearning((1.0,), (1.0,), 0.0, OPTIMISM_Z)
+    with pytest.raises(ValueError, match="fade must be > 0"):
+        PlanLearning((1.0,), (1.0,), POOL_STRENGTH, OPTIMISM_Z, fade=0.0)
+
+
+def test_a_replay_is_the_one_future_its_recorded_updates_make() -> None:
+    rates = GridRates.constant([ALWAYS, ALWAYS], 100)
+    # Two feeds changing every chronon, one probe a chronon, W = 0: half the CEIs, as sampled futures give.
+    both = Planner([PlanWatch("a", (0,), 0), PlanWatch("b", (1,), 0)], rates, futures=5,
+                   replay=[range(100), range(100)]).evaluate(1)
+    assert (both.completeness, both.ceis, both.futures) == (0.5, 200.0, 1)
+    # Recorded updates, not the rates: feed 0 changed twice in the horizon (once past it), feed 1 never.
+    plan = Planner([PlanWatch("a", (0,), 0), PlanWatch("b", (0, 1), 3)], rates, replay=[[3, 50, 120], []])
+    point = plan.evaluate(1)
+    assert (point.completeness, point.ceis) == (1.0, 2.0)
+    with pytest.raises(ValueError, match="replay holds 1 feeds' updates; the rates cover 2"):
+        Planner([PlanWatch("a", (0,), 0)], rates, replay=[[1]])

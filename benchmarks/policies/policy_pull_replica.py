@@ -89,7 +89,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            seed: int = 1, fade: float = EVIDENCE_FADE,
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
-           days: float = DAYS) -> tuple[float, float, float, int]:
+           days: float = DAYS, whole_windows: bool = False) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -104,6 +104,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     at the pool's pace: what knowing every feed's past, which only probes buy, is worth, without
     the future that ``run`` adds). ``rank``, ``window``, ``chronons``,
     ``days``: the live bench's ``--rank``, ``--window``, ``--chronons`` and ``--days``.
+    ``whole_windows``: the service's completeness counts only the CEIs whose every EI has its
+    whole window inside the run (the bench cuts the last ones at its end; ``proxy plan`` runs on
+    past its horizon until they resolve); the readers' still count every CEI.
     """
     if rates not in RATES:
         raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
@@ -186,7 +189,10 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
             cycle = models.cycle_profile(r)
             shapes[r] = None if cycle is None else CycleShape((cycle[0] - ORIGIN) / length, cycle[1] / length,
                                                               cycle[2])
-    live = cei_outcome(bw.workload.ceis, probes).completeness
+    scored = bw.workload.ceis
+    if whole_windows:
+        scored = tuple(c for c in scored if all(e.start + window <= chronons - 1 for e in c.eis))
+    live = cei_outcome(scored, probes).completeness
     remap = {r: i for i, r in enumerate(watched)}
     sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
                      for c in bw.workload.ceis)

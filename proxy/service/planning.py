@@ -26,10 +26,11 @@ from pydantic import ValidationError as PydanticValidationError
 
 from proxy.rules import FeedUpdateModels, ProfileSpec, parse_duration, to_chronons
 from proxy.rules.ports import ChrononMapping, first_chronon_from
-from proxy.service.loop import background_allocator
+from proxy.service.loop import EVIDENCE_FADE, OPTIMISM_Z, POOL_STRENGTH, background_allocator
 from proxy.sim.plan import (
     GridRates,
     LeastBudget,
+    PlanLearning,
     Planner,
     PlanPoint,
     PlanQuery,
@@ -49,7 +50,12 @@ class PlanInputs:
 
     ``feeds``: the store id of each plan feed (plan feed ``i`` is ``feeds[i]``);
     ``skipped``: rules left out because they read a feed the proxy does not
-    probe (deleted meanwhile) or their profile's stored spec does not validate.
+    probe (deleted meanwhile) or their profile's stored spec does not validate;
+    ``evidence``: each plan feed's record in its update model (updates, and
+    chronons of complete observation: ``FeedUpdateModels.evidence``), from
+    which the planned allocation learns the rates as the loop does
+    (``proxy.sim.plan.PlanLearning``); ``None``: the allocation is given the
+    planned rates.
     """
 
     rules: tuple[PlanRule, ...]
@@ -59,6 +65,7 @@ class PlanInputs:
     skipped: int
     start: int
     chronon_seconds: float
+    evidence: tuple[tuple[float, float], ...] | None = None
 
     @property
     def horizon(self) -> int:
@@ -177,9 +184,13 @@ def plan_inputs(
     origin = clock.start_of(start).timestamp()
     edges = origin + np.arange(horizon + 1, dtype=np.float64) * clock.length
     grid = np.zeros((len(feeds), horizon))
+    evidence: list[tuple[float, float]] = []
     for i, fid in enumerate(feeds):
         grid[i] = models.expected_updates_between(resource_of[fid], edges)
-    return PlanInputs(tuple(rules), GridRates(grid), feeds, len(profiles), skipped, start, float(clock.length))
+        updates, seconds = models.evidence(resource_of[fid])
+        evidence.append((updates, seconds / clock.length))
+    return PlanInputs(tuple(rules), GridRates(grid), feeds, len(profiles), skipped, start, float(clock.length),
+                      tuple(evidence))
 
 
 def _rule(
@@ -236,9 +247,19 @@ def _cron_fires(expr: str, timezone: str, clock: ChrononMapping, start: int, hor
 
 
 def service_planner(inputs: PlanInputs, *, policy: str = "adm-edf", futures: int = 8, seed: int = 0) -> Planner:
-    """A planner of ``inputs`` whose background probes are the loop's (``background_allocator``)."""
+    """A planner of ``inputs`` whose background probes are the loop's (``background_allocator``).
+
+    With ``inputs.evidence``, the allocation learns the rates from each feed's
+    record as the loop does (``PlanLearning`` with the loop's ``POOL_STRENGTH``,
+    ``OPTIMISM_Z`` and ``EVIDENCE_FADE``): a feed seen little costs the plan
+    what it costs the service (``docs/plan.md``).
+    """
+    learning = None
+    if inputs.evidence is not None:
+        learning = PlanLearning(tuple(n for n, _ in inputs.evidence), tuple(t for _, t in inputs.evidence),
+                                POOL_STRENGTH, OPTIMISM_Z, EVIDENCE_FADE)
     return Planner(inputs.rules, inputs.rates, policy=policy, futures=futures, seed=seed,
-                   allocator=background_allocator)
+                   allocator=background_allocator, learning=learning)
 
 
 def run_plan(

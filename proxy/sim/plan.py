@@ -27,9 +27,12 @@ One future, one budget: each chronon ``t`` of the horizon
    weights and groups ``TriggerEvaluator.update_weights`` / ``update_groups``
    would hold (a watch rule's worth spread over the feeds its current CEI has
    not been found on, ``dead_weight`` of it once that CEI is missed; 1 per
-   ``on: update`` trigger), the shortest waiting window, and the planned
-   intensities as known rates (each feed's mean over the chronons its
-   frequencies serve). Without one: the greedy index
+   ``on: update`` trigger), the shortest waiting window, and the rates: with
+   ``learning`` (:class:`PlanLearning`, what the service passes), those the
+   loop would learn, pooled from each feed's record before the horizon and
+   what this future's probes have found, shaped by the planned intensities'
+   cycle; without, the planned intensities as known rates (each feed's mean
+   over the chronons its frequencies serve). Without an allocator: the greedy index
    ``w · P(changed since the last probe)``, ``w`` the rules reading the
    feed (``proxy.core.discovery.rank_background``, the service's first
    background allocation);
@@ -56,8 +59,10 @@ Approximations, on purpose (``docs/plan.md``):
 * ``overwrite`` lives last the feed's mean interval over the horizon (the
   evaluator uses an EWMA of observed gaps), clamped to ``[1, 1440]``;
 * every feed starts with a successful probe just before the horizon (the
-  service has been running); probes never fail or wait for politeness;
-  pings are not modelled (every feed is pull-only).
+  service has been running), except, with ``learning``, a feed with no
+  record (never fetched), which the allocation sees as never probed;
+  probes never fail or wait for politeness; pings are not modelled (every
+  feed is pull-only).
 
 Pure: rules, rates and a seed in, numbers out. No clock, no I/O, no service.
 """
@@ -74,10 +79,12 @@ import numpy.typing as npt
 
 from proxy.core.discovery import DEAD_CEI_WEIGHT, CaptureExplore, rank_background, waiting_share
 from proxy.core.engine import CeiCaptured, CeiMissed, Engine
+from proxy.core.rates import pooled_rates
 
 __all__ = [
     "GridRates",
     "LeastBudget",
+    "PlanLearning",
     "PlanPoint",
     "PlanQuery",
     "PlanRule",
@@ -201,6 +208,44 @@ class GridRates:
         return np.concatenate([self._grid, pad], axis=1)
 
 
+@dataclass(frozen=True, slots=True)
+class PlanLearning:
+    """The allocator learns the rates as the service's loop does, from each feed's record.
+
+    ``updates[i]``, ``exposure[i]``: what feed ``i``'s update model held
+    before the horizon (``FeedUpdateModels.evidence``: updates, and chronons
+    of complete observation; zeros for a feed never fetched). In each run the
+    record grows with what the probes find (every update up to the feed's
+    last probe, dated, as a fetched document dates its entries), and the
+    allocator is shown ``pooled_rates(updates, exposure, strength, z,
+    unseen, fade)`` (the loop's ``POOL_STRENGTH``, ``OPTIMISM_Z``,
+    ``EVIDENCE_FADE``), shaped by the planned intensities' cycle, instead of
+    the planned intensities themselves: what the service would know, not
+    what the models say is true.
+    """
+
+    updates: tuple[float, ...]
+    exposure: tuple[float, ...]
+    strength: float
+    z: float
+    fade: float = math.inf
+
+    def __post_init__(self) -> None:
+        if len(self.updates) != len(self.exposure):
+            raise ValueError("updates and exposure must have one value per feed")
+        if any(not (math.isfinite(v) and v >= 0) for v in (*self.updates, *self.exposure)):
+            raise ValueError("updates and exposure must be finite and >= 0")
+        if not (self.strength > 0 and math.isfinite(self.strength)) or not math.isfinite(self.z):
+            raise ValueError(f"strength must be finite and > 0 and z finite (got {self.strength}, {self.z})")
+        if not self.fade > 0:
+            raise ValueError(f"fade must be > 0 (inf: records never fade), got {self.fade}")
+
+    @classmethod
+    def fresh(cls, feeds: int, strength: float, z: float, fade: float = math.inf) -> PlanLearning:
+        """No feed has a record yet: a service that starts with these rules."""
+        return cls((0.0,) * feeds, (0.0,) * feeds, strength, z, fade)
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -278,7 +323,11 @@ class Planner:
     service's: ``proxy.service.loop.background_allocator``); ``None``: the
     greedy index. ``dead_weight``: a missed watch CEI's pull on the feeds it
     still waits for (default ``DEAD_CEI_WEIGHT``, the evaluator's), read only
-    with an allocator.
+    with an allocator. ``learning``: the allocator learns the rates from each
+    feed's record (:class:`PlanLearning`) instead of being given ``rates``.
+    ``replay``: a backtest, each feed's recorded update chronons as the one
+    future instead of ``futures`` sampled ones (``rates`` still gives the
+    allocator's rates and the ``overwrite`` lives).
     """
 
     def __init__(
@@ -292,6 +341,8 @@ class Planner:
         horizon: int | None = None,
         allocator: Callable[[], CaptureExplore] | None = None,
         dead_weight: float = DEAD_CEI_WEIGHT,
+        learning: PlanLearning | None = None,
+        replay: Sequence[Sequence[int]] | None = None,
     ) -> None:
         from proxy.core.policies import get_policy
 
@@ -310,6 +361,11 @@ class Planner:
         self.allocator = allocator
         self.dead_weight = dead_weight
         n = rates.feeds
+        if learning is not None and len(learning.updates) != n:
+            raise ValueError(f"learning holds {len(learning.updates)} feeds' records; the rates cover {n}")
+        self.learning = learning
+        self._prior_updates = np.asarray(learning.updates if learning else (), dtype=np.float64)
+        self._prior_exposure = np.asarray(learning.exposure if learning else (), dtype=np.float64)
         for rule in self.rules:
             feeds = rule.feeds if isinstance(rule, PlanWatch) else (rule.feed, *(q.feed for q in rule.queries))
             for f in feeds:
@@ -341,8 +397,16 @@ class Planner:
         self._end = self.horizon + self._tail
         expected = rates.extended(self._end)
         self._cum = np.concatenate([np.zeros((n, 1)), np.cumsum(expected, axis=1)], axis=1)
-        rng = np.random.default_rng(seed)
-        self._futures = [_future(self.rules, *_sample(rng, expected), n, self.horizon) for _ in range(futures)]
+        if replay is not None:
+            # A backtest: the recorded updates are the one future (nothing after them).
+            if len(replay) != n:
+                raise ValueError(f"replay holds {len(replay)} feeds' updates; the rates cover {n}")
+            times = [sorted({int(u) for u in ups if 0 <= u < self._end}) for ups in replay]
+            self.futures = 1
+            self._futures = [_future(self.rules, times, [list(range(len(ts) + 1)) for ts in times], n, self.horizon)]
+        else:
+            rng = np.random.default_rng(seed)
+            self._futures = [_future(self.rules, *_sample(rng, expected), n, self.horizon) for _ in range(futures)]
         # Which rules each feed's updates reach, which triggers each feed's probes decide.
         self._by_feed: list[list[int]] = [[] for _ in range(n)]
         self._triggers_on: list[list[int]] = [[] for _ in range(n)]
@@ -371,6 +435,11 @@ class Planner:
             span = max((self._wait_window or 0) + 1, 10)
             longer = np.concatenate([np.zeros((n, 1)), np.cumsum(rates.extended(self._end + span), axis=1)], axis=1)
             self._ahead = np.maximum(longer[:, span:] - longer[:, :-span], 0.0) / span
+            if learning is not None:
+                # Learning: the level comes from the record, the cycle from the plan (1 for a flat feed).
+                mean = np.array([rates.mean_rate(f) for f in range(n)])
+                self._ahead = np.divide(self._ahead, mean[:, None], out=np.ones_like(self._ahead),
+                                        where=mean[:, None] > 0)
         self._memo: dict[int, PlanPoint] = {}
 
     @property
@@ -558,6 +627,12 @@ class _Run:
             self.weight_of: dict[int, tuple[tuple[int, ...], float]] = {}
             for i in range(r):
                 self._reweigh(i)
+            # Learning: updates each feed's probes have dated so far (distinct chronons up to its last
+            # probe), and its last probe (-2: never fetched, a feed without a record before the horizon).
+            self.dated = np.zeros(n)
+            self.seen = np.full(n, -1.0)
+            if plan.learning is not None:
+                self.seen[plan._prior_exposure <= 0] = -2.0
 
     def run(self) -> _Outcome:
         p, engine = self.p, self.engine
@@ -608,9 +683,23 @@ class _Run:
             return []
         waited = self.weights > 1e-9
         waited[list(chosen)] = False  # the engine's picks are probed already
-        resources = np.flatnonzero(waited).tolist()
-        last: list[int | None] = [self.last[f] for f in resources]
-        rate = p._ahead[resources, t].tolist()
+        picked = np.flatnonzero(waited)
+        resources = picked.tolist()
+        learning = p.learning
+        if learning is None:
+            last: list[int | None] = [self.last[f] for f in resources]
+            rate = p._ahead[resources, t].tolist()
+        else:
+            # The loop's pooled rates on each record: what it held before the horizon and what was
+            # found since. A feed with no record had never been fetched: no last success, no exposure.
+            seen = self.seen[picked]
+            last = [None if s < -1 else int(s) for s in seen.tolist()]
+            level = pooled_rates(
+                (p._prior_updates[picked] + self.dated[picked]).tolist(),
+                (p._prior_exposure[picked] + np.maximum(seen + 1.0, 0.0)).tolist(),
+                learning.strength, learning.z, unseen=np.where(seen < -1, 0.0, t - seen).tolist(),
+                fade=learning.fade)
+            rate = (np.asarray(level) * p._ahead[picked, t]).tolist()
         weight = self.weights[resources].tolist()
         return alloc.pick(max(spare, 0), t, resources, last, rate, weight, window,
                           groups=lambda: list(self.weight_of.values()))
@@ -679,6 +768,9 @@ class _Run:
                 engine.add_cei(cid, rule.profile, [(r, u, finish)], sealed=False)
             # else: found too late, missed; the service would not even open it
         self.next_hidden[r] = k
+        if self.alloc is not None:
+            self.dated[r] = bisect_right(times, t)
+            self.seen[r] = t
         for i in p._triggers_on[r]:
             rule = p.rules[i]
             assert isinstance(rule, PlanTrigger)
