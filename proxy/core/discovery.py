@@ -21,13 +21,13 @@ is watched, nor which feeds are blocked (the caller leaves them out).
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
-from proxy.core.rates import CycleShape, gamma_upper
+from proxy.core.rates import CycleShape
 
 __all__ = [
     "DEAD_CEI_WEIGHT",
@@ -87,14 +87,11 @@ def background_probes(
         raise ValueError(f"budget must be >= 0, got {budget}")
     if budget == 0 or n == 0:
         return []
-    never = np.array([t is None for t in last_success], dtype=bool)
-    last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
-    elapsed = np.maximum(now - last, 0.0)
-    lam = np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
-    score = np.asarray(weight, dtype=np.float64) * -np.expm1(-lam * elapsed)
-    score[never] = np.inf
-    elapsed[never] = np.inf
-    return rank_background(budget, resources, score.tolist(), elapsed.tolist())
+    res = _ids(resources)
+    never, last = _chronons(last_success, now)
+    lam = np.asarray(rate, dtype=np.float64)
+    picked = _greedy(budget, now, res, never, last, lam, np.asarray(weight, dtype=np.float64))
+    return res[picked].tolist()  # type: ignore[no-any-return]
 
 
 def rank_background(
@@ -111,18 +108,104 @@ def rank_background(
         raise ValueError("resources, score and waited must have the same length")
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
-    if budget == 0 or not resources:
+    if budget == 0 or not len(resources):
         return []
-    res = np.asarray(resources, dtype=np.int64)
-    sc = np.asarray(score, dtype=np.float64)
-    # lexsort: the last key is the primary one; all ascending, so negate what ranks high.
-    order = np.lexsort((res, -np.asarray(waited, dtype=np.float64), -sc))
-    picked = order[:budget]
-    picked = picked[sc[picked] > 0]  # a feed probed this very chronon has nothing new to show
-    return [int(r) for r in res[picked]]
+    res = _ids(resources)
+    picked = _rank(budget, res, np.asarray(score, dtype=np.float64), np.asarray(waited, dtype=np.float64))
+    return res[picked].tolist()  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------------
+# Array kernels behind the functions above and CaptureExplore: positions into
+# the arrays they are given, the same floats and ties as a Python loop over the
+# feeds, without one.
+
+_Ints = npt.NDArray[np.int64]
+_Floats = npt.NDArray[np.float64]
+_Bools = npt.NDArray[np.bool_]
+
+
+def _ids(resources: Sequence[int] | _Ints) -> _Ints:
+    return np.asarray(resources, dtype=np.int64).reshape(len(resources))
+
+
+def _chronons(last_success: Sequence[int | None], now: int) -> tuple[_Bools, _Floats]:
+    """Never probed (``None``), and each last success as a float (``now`` when never)."""
+    last = np.array(last_success, dtype=np.float64).reshape(len(last_success))  # None -> nan
+    never = np.isnan(last)
+    last[never] = now
+    return never, last
+
+
+def _best(budget: int, key: _Floats, *ties: npt.NDArray[np.generic]) -> npt.NDArray[np.intp]:
+    """Positions of the ``budget`` smallest ``key`` (NaN last), ties by ``ties`` in turn, smallest first.
+
+    ``np.lexsort((*reversed(ties), key))[:budget]``, sorting only the candidates
+    at or below the ``budget``-th key: O(n) on the many, not O(n log n).
+    """
+    n = key.size
+    if budget >= n:
+        cand = np.arange(n)
+    else:
+        kth = np.partition(key, budget - 1)[budget - 1]
+        cand = np.arange(n) if np.isnan(kth) else np.flatnonzero(key <= kth)
+    keys = tuple(t[cand] for t in reversed(ties))
+    return cand[np.lexsort((*keys, key[cand]))[:budget]]
+
+
+def _rank(budget: int, res: _Ints, score: _Floats, waited: _Floats) -> npt.NDArray[np.intp]:
+    """:func:`rank_background` on arrays: positions of the picks, best first."""
+    if budget <= 0 or score.size == 0:
+        return np.empty(0, dtype=np.intp)
+    picked = _best(budget, -score, -waited, res)
+    return picked[score[picked] > 0]  # a feed probed this very chronon has nothing new to show
+
+
+def _greedy(budget: int, now: int, res: _Ints, never: _Bools, last: _Floats, rate: _Floats,
+            weight: _Floats) -> npt.NDArray[np.intp]:
+    """:func:`background_probes` on arrays (``last``: ``now`` where ``never``)."""
+    elapsed = np.maximum(now - last, 0.0)
+    lam = np.maximum(rate, 0.0)
+    score = weight * -np.expm1(-lam * elapsed)
+    score[never] = np.inf
+    elapsed[never] = np.inf
+    return _rank(budget, res, score, elapsed)
+
+
+class _Ledger:
+    """A float per resource id, as a dict that never forgets one would keep it: sorted ids, values beside."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self) -> None:
+        self.keys: _Ints = np.empty(0, dtype=np.int64)
+        self.values: _Floats = np.empty(0, dtype=np.float64)
+
+    def find(self, res: _Ints) -> tuple[npt.NDArray[np.intp], _Bools]:
+        """Each id's slot, and whether it has one (where not, the slot is meaningless)."""
+        if self.keys.size == 0:
+            return np.zeros(res.size, dtype=np.intp), np.zeros(res.size, dtype=bool)
+        pos = np.minimum(np.searchsorted(self.keys, res), self.keys.size - 1)
+        return pos, self.keys[pos] == res
+
+    def slots(self, res: _Ints) -> npt.NDArray[np.intp]:
+        """Each id's slot, ids not seen yet added with 0.0."""
+        pos, found = self.find(res)
+        if found.all():
+            return pos
+        keys = np.concatenate((self.keys, np.unique(res[~found])))
+        order = np.argsort(keys, kind="stable")
+        values = np.concatenate((self.values, np.zeros(keys.size - self.values.size)))
+        self.keys, self.values = keys[order], values[order]
+        return np.searchsorted(self.keys, res)
+
+    def get(self, resource: int, default: float) -> float:
+        pos, found = self.find(np.array([resource], dtype=np.int64))
+        return float(self.values[pos[0]]) if found[0] else default
+
+
+# ---------------------------------------------------------------------------
+# Allocation variants# ---------------------------------------------------------------------------
 # Allocation variants, compared in docs/discovery-sim.md. Each picks at most
 # ``budget`` of ``resources`` (distinct, best first); the stateful ones keep
 # their state between chronons and must see every chronon of one epoch.
@@ -279,7 +362,13 @@ def capture_frequencies(rate: Sequence[float], weight: Sequence[float], budget: 
         raise ValueError(f"window must be >= 0, got {window}")
     if len(weight) != len(rate):
         raise ValueError("rate and weight must have the same length")
-    value = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
+    out = _capture(np.asarray(rate, dtype=np.float64), np.asarray(weight, dtype=np.float64), budget, window)
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def _capture(rate: _Floats, weight: _Floats, budget: float, window: int) -> _Floats:
+    """:func:`capture_frequencies` on arrays."""
+    value = np.maximum(weight, 0.0) * np.maximum(rate, 0.0)
     n = len(value)
     cap = 1.0 / (window + 1)
     order = np.lexsort((np.arange(n), -value))  # best first, ties by index
@@ -289,7 +378,7 @@ def capture_frequencies(rate: Sequence[float], weight: Sequence[float], budget: 
     given[value[order] <= 0] = 0.0
     out = np.zeros(n)
     out[order] = given
-    return [float(x) for x in out]
+    return out
 
 
 def coordinated_weights(
@@ -338,6 +427,15 @@ def coordinated_weights(
     n = len(resources)
     if not n == len(rate) == len(weight):
         raise ValueError("resources, rate and weight must have the same length")
+    out = _coordinated(groups, _ids(resources), np.asarray(rate, dtype=np.float64),
+                       np.asarray(weight, dtype=np.float64), budget, window, rounds, unfunded, damping)
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def _coordinated(groups: Iterable[tuple[Sequence[int], float]], res: _Ints, rate: _Floats, plain: _Floats,
+                 budget: float, window: int, rounds: int, unfunded: float, damping: float) -> _Floats:
+    """:func:`coordinated_weights` on arrays, arguments checked."""
+    n = res.size
     sizes: list[int] = []
     flat: list[int] = []
     shares: list[float] = []
@@ -346,10 +444,8 @@ def coordinated_weights(
             sizes.append(len(feeds))
             flat.extend(feeds)
             shares.append(share)
-    plain = np.asarray(weight, dtype=np.float64)
     if rounds == 0 or n == 0 or not sizes:
-        return [float(w) for w in plain]
-    res = np.asarray(resources, dtype=np.int64)
+        return plain
     order = np.argsort(res, kind="stable")
     sorted_res = res[order]
     entries = np.asarray(flat, dtype=np.int64)
@@ -365,14 +461,14 @@ def coordinated_weights(
     cap = 1.0 / (window + 1)
     current = plain.copy()
     for _ in range(rounds):
-        f = np.asarray(capture_frequencies(rate, current.tolist(), budget, window), dtype=np.float64)
+        f = _capture(rate, current, budget, window)
         chance = np.where(f >= cap * (1 - 1e-9), 1.0, unfunded + (1.0 - unfunded) * np.minimum(f / cap, 1.0))
         p = np.where(valid, chance[idx], 1.0)
         together = np.multiply.reduceat(p, offsets)
         contrib = share_of_entry * together[group_of_entry] / p
         summed = np.bincount(idx[valid], weights=contrib[valid], minlength=n)
         current = damping * current + (1.0 - damping) * np.where(grouped, summed, plain)
-    return [float(w) for w in current]
+    return current
 
 
 class FrequencyStride:
@@ -386,25 +482,42 @@ class FrequencyStride:
     __slots__ = ("_credit",)
 
     def __init__(self) -> None:
-        self._credit: dict[int, float] = {}
+        self._credit = _Ledger()  # credit per resource id, numpy arrays: no Python loop over the feeds
 
     def pick(self, budget: int, resources: Sequence[int], freq: Sequence[float]) -> list[int]:
+        """At most ``budget`` of ``resources`` (distinct) once each earned its ``freq[i]``: most credit first, then smaller id."""
+        res = _ids(resources)
+        f = np.asarray(freq, dtype=np.float64).reshape(len(freq))
+        if f.size != res.size:
+            raise ValueError("resources and freq must have the same length")
+        return res[self._pick(budget, res, f)].tolist()  # type: ignore[no-any-return]
+
+    def _pick(self, budget: int, res: _Ints, freq: _Floats) -> npt.NDArray[np.intp]:
+        """:meth:`pick` on arrays: positions in ``res`` of the picks, best first."""
         credit = self._credit
-        for r, f in zip(resources, freq, strict=True):
-            credit[r] = min(credit.get(r, 0.0) + f, 1.0 + f)
+        slot = credit.slots(res)
+        earned = np.minimum(credit.values[slot] + freq, 1.0 + freq)
+        credit.values[slot] = earned
         if budget <= 0:
-            return []
-        ranked = sorted((r for r in resources if credit[r] >= 1.0 - 1e-9), key=lambda r: (-credit[r], r))
-        out = ranked[:budget]
-        for r in out:
-            credit[r] -= 1.0
+            return np.empty(0, dtype=np.intp)
+        rich = np.flatnonzero(earned >= 1.0 - 1e-9)
+        out = rich[_best(budget, -earned[rich], res[rich])]
+        credit.values[slot[out]] -= 1.0
         return out
 
     def spend(self, resources: Sequence[int]) -> None:
         """``resources`` were probed by someone else this chronon: their next strided probe is a period away."""
-        for r in resources:
-            if r in self._credit:
-                self._credit[r] = max(self._credit[r] - 1.0, 0.0)
+        self._spend(_ids(resources))
+
+    def _spend(self, res: _Ints) -> None:
+        credit = self._credit
+        slot, found = credit.find(res)
+        slot = slot[found]
+        if np.unique(slot).size == slot.size:
+            credit.values[slot] = np.maximum(credit.values[slot] - 1.0, 0.0)
+        else:  # a resource named twice pays twice
+            for i in slot.tolist():
+                credit.values[i] = max(float(credit.values[i]) - 1.0, 0.0)
 
 
 class CaptureExplore:
@@ -488,7 +601,7 @@ class CaptureExplore:
         self._refresh = refresh
         self._stride = FrequencyStride()
         self._explore = 0.0
-        self._freq: dict[int, float] = {}
+        self._freq = _Ledger()  # the last frequencies, per resource id
         self._freq_at: int | None = None
 
     def frequency(self, resource: int) -> float:
@@ -497,12 +610,24 @@ class CaptureExplore:
 
     def optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> list[float]:
         """``λ⁺``: each rate scaled by its posterior's upper ``z`` quantile over its mean (as is without one)."""
-        lam = [max(r, 0.0) for r in rate]
+        return self._optimistic(rate, posterior).tolist()  # type: ignore[no-any-return]
+
+    def _optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> _Floats:
+        lam = np.maximum(np.asarray(rate, dtype=np.float64).reshape(len(rate)), 0.0)
         if posterior is None:
             return lam
         if len(posterior) != len(lam):
             raise ValueError("posterior and rate must have the same length")
-        return [r * gamma_upper(a, b, self._z) / (a / b) for r, (a, b) in zip(lam, posterior, strict=True)]
+        ab = np.asarray(posterior, dtype=np.float64).reshape(len(lam), 2)
+        a, b = ab[:, 0], ab[:, 1]
+        if ((a <= 0) | (b <= 0)).any():
+            raise ValueError("shape and rate must be > 0")  # gamma_upper's refusal
+        # gamma_upper, vectorised: the same operations in the same order. The cube is Python's
+        # (libm's pow): numpy's SIMD power differs from it in the last bit for some values.
+        c = np.maximum(1.0 - 1.0 / (9.0 * a) + self._z / (3.0 * np.sqrt(a)), 0.0)
+        cube = np.array([x**3 for x in c.tolist()], dtype=np.float64)
+        mean = a / b
+        return lam * (mean * cube) / mean
 
     def pick(
         self,
@@ -529,7 +654,11 @@ class CaptureExplore:
         split of ``weight`` (:func:`coordinated_weights`), asked for only when
         the frequencies are recomputed and only with ``coordination_rounds``
         set: the frequencies then go by the coordinated weights, the fill by
-        ``weight``.
+        ``weight``. ``resources`` are distinct; sequences or numpy arrays.
+
+        One numpy pass over the feeds (the stride credit and frequencies are
+        arrays by resource id); Python work per feed only for the shaped
+        feeds' cycles and, with a posterior, the optimism's cube.
         """
         n = len(resources)
         if not n == len(last_success) == len(rate) == len(weight):
@@ -540,77 +669,87 @@ class CaptureExplore:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
-        lam = self.optimistic(rate, posterior)
-        shaped = [] if shape is None else [i for i in range(n) if shape[i] is not None]
-        if self._freq_at is None or now - self._freq_at >= self._refresh or any(r not in self._freq for r in resources):
+        res = _ids(resources)
+        lam = self._optimistic(rate, posterior)
+        w = np.asarray(weight, dtype=np.float64).reshape(n)
+        shaped = [] if shape is None else [i for i, cycle in enumerate(shape) if cycle is not None]
+        slot, known = self._freq.find(res)
+        if self._freq_at is None or now - self._freq_at >= self._refresh or not known.all():
             self._freq_at = now
-            e = self._level_exponent
-            ahead = lam if e == 1.0 else [x**e if x > 0 else 0.0 for x in lam]
-            if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
-                span = max(window + 1, self._refresh)
-                ahead = list(ahead)
-                for i in shaped:
-                    cycle = shape[i]
-                    if cycle is not None:
-                        ahead[i] *= cycle.mass(now, now + span) / span
-            spend = (1.0 - self._epsilon) * budget
-            fund = weight
-            if groups is not None and self._rounds > 0:
-                fund = coordinated_weights(groups(), resources, ahead, weight, spend, window,
-                                           rounds=self._rounds, unfunded=self._unfunded)
-            f = capture_frequencies(ahead, fund, spend, window)
-            self._freq.update(zip(resources, f, strict=True))
+            f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
+            slot = self._freq.slots(res)  # new ids first: the arrays may be replaced
+            self._freq.values[slot] = f
+        freq = self._freq.values[slot]
         if budget == 0 or n == 0:
-            self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues
+            self._stride._pick(0, res, freq)  # credit still accrues
             return []
         # 1. explore: the stalest first (never probed: stalest of all), then the smaller id.
         self._explore += self._epsilon * budget
         k = min(int(self._explore + 1e-9), budget, n)
         self._explore -= k
         self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
-        # heapq.nsmallest: O(n log k), not a sort of every watched feed each chronon.
-        stalest = heapq.nsmallest(
-            k, range(n), key=lambda i: (last_success[i] is not None, last_success[i] or 0, resources[i]))
-        out = [resources[i] for i in stalest]
-        self._stride.spend(out)
-        taken = set(out)
+        never, last = _chronons(last_success, now)
+        # O(n): only the k stalest are sorted, not every watched feed each chronon.
+        stalest = _best(k, np.where(never, -np.inf, last), res) if k > 0 else np.empty(0, dtype=np.intp)
+        self._stride._spend(res[stalest])
+        free = np.ones(n, dtype=bool)
+        free[stalest] = False
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
-        rest = [i for i in range(n) if resources[i] not in taken]
-        strided = self._stride.pick(budget - len(out), [resources[i] for i in rest],
-                                    [self._freq[resources[i]] for i in rest])
-        out += strided
-        taken.update(strided)
+        rest = np.flatnonzero(free)
+        strided = rest[self._stride._pick(budget - k, res[rest], freq[rest])]
+        free[strided] = False
+        picked = [stalest, strided]
         # 3. fill: work-conserving, by the greedy index on the optimistic rates.
-        if len(out) < budget:
-            rest = [i for i in range(n) if resources[i] not in taken]
+        if k + strided.size < budget:
+            rest = np.flatnonzero(free)
             if shape is not None and shaped:
-                filled = self._fill_shaped(budget - len(out), now, rest, resources, last_success, lam, weight,
-                                           shape, shaped)
+                filled = rest[self._fill_shaped(budget - k - strided.size, now, rest, res, never, last, lam, w,
+                                                last_success, shape, shaped, free)]
             else:
-                filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
-                                           [last_success[i] for i in rest], [lam[i] for i in rest],
-                                           [weight[i] for i in rest])
-            self._stride.spend(filled)
-            out += filled
-        return out
+                filled = rest[_greedy(budget - k - strided.size, now, res[rest], never[rest], last[rest],
+                                      lam[rest], w[rest])]
+            self._stride._spend(res[filled])
+            picked.append(filled)
+        return res[np.concatenate(picked)].tolist()  # type: ignore[no-any-return]
+
+    def _frequencies(
+        self, budget: int, now: int, res: _Ints, lam: _Floats, weight: _Floats, window: int,
+        shape: Sequence[CycleShape | None] | None, shaped: Sequence[int],
+        groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None,
+    ) -> _Floats:
+        """The capture frequencies of ``res`` for the chronons until the next recomputation."""
+        e = self._level_exponent
+        if e == 1.0:
+            ahead = lam.copy()
+        elif e == 0.0:
+            ahead = np.where(lam > 0, 1.0, 0.0)  # x ** 0.0 == 1.0
+        else:  # Python's pow, as the scalar version (numpy's SIMD power may differ in the last bit)
+            ahead = np.array([x**e if x > 0 else 0.0 for x in lam.tolist()], dtype=np.float64)
+        if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
+            span = max(window + 1, self._refresh)
+            at = np.asarray(shaped, dtype=np.intp)
+            mass = np.array([shape[i].mass(now, now + span) for i in shaped], dtype=np.float64)  # type: ignore[union-attr]
+            ahead[at] = ahead[at] * (mass / span)
+        spend = (1.0 - self._epsilon) * budget
+        fund = weight
+        if groups is not None and self._rounds > 0:
+            fund = _coordinated(groups(), res, ahead, weight, spend, window, self._rounds, self._unfunded, 0.5)
+        return _capture(ahead, fund, spend, window)
 
     @staticmethod
     def _fill_shaped(
-        budget: int, now: int, rest: Sequence[int], resources: Sequence[int], last_success: Sequence[int | None],
-        lam: Sequence[float], weight: Sequence[float], shape: Sequence[CycleShape | None], shaped: Sequence[int],
-    ) -> list[int]:
-        """:func:`background_probes` with each shaped feed's updates since its last success read off its cycle."""
-        never = np.array([t is None for t in last_success], dtype=bool)
-        last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
+        budget: int, now: int, rest: npt.NDArray[np.intp], res: _Ints, never: _Bools, last: _Floats, lam: _Floats,
+        weight: _Floats, last_success: Sequence[int | None], shape: Sequence[CycleShape | None],
+        shaped: Sequence[int], free: _Bools,
+    ) -> npt.NDArray[np.intp]:
+        """:func:`background_probes` over ``rest``, each shaped feed's updates since its last success read off its cycle."""
         elapsed = np.maximum(now - last, 0.0)
-        expected = np.maximum(np.asarray(lam, dtype=np.float64), 0.0) * elapsed
-        for i in shaped:  # only these pay a Python call: the others are one numpy product
-            cycle, t = shape[i], last_success[i]
-            if cycle is not None and t is not None:
-                expected[i] = max(lam[i], 0.0) * cycle.mass(t, now)
-        score = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * -np.expm1(-expected)
+        expected = np.maximum(lam, 0.0) * elapsed
+        at = [i for i in shaped if free[i] and not never[i]]  # only these pay a Python call
+        if at:
+            mass = np.array([shape[i].mass(last_success[i], now) for i in at], dtype=np.float64)  # type: ignore[union-attr, arg-type]
+            expected[at] = np.maximum(lam[at], 0.0) * mass
+        score = np.maximum(weight, 0.0) * -np.expm1(-expected)
         score[never] = np.inf
         elapsed[never] = np.inf
-        idx = np.asarray(rest, dtype=np.int64)
-        res = np.asarray(resources, dtype=np.int64)[idx]
-        return rank_background(budget, res.tolist(), score[idx].tolist(), elapsed[idx].tolist())
+        return _rank(budget, res[rest], score[rest], elapsed[rest])
