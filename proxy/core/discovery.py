@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
-from proxy.core.rates import CycleShape
+from proxy.core.rates import CycleShape, cycle_masses
 
 __all__ = [
     "DEAD_CEI_WEIGHT",
@@ -704,7 +705,7 @@ class CaptureExplore:
             rest = np.flatnonzero(free)
             if shape is not None and shaped:
                 filled = rest[self._fill_shaped(budget - k - strided.size, now, rest, res, never, last, lam, w,
-                                                last_success, shape, shaped, free)]
+                                                shape, shaped, free)]
             else:
                 filled = rest[_greedy(budget - k - strided.size, now, res[rest], never[rest], last[rest],
                                       lam[rest], w[rest])]
@@ -728,7 +729,7 @@ class CaptureExplore:
         if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
             span = max(window + 1, self._refresh)
             at = np.asarray(shaped, dtype=np.intp)
-            mass = np.array([shape[i].mass(now, now + span) for i in shaped], dtype=np.float64)  # type: ignore[union-attr]
+            mass = cycle_masses(cast("list[CycleShape]", [shape[i] for i in shaped]), now, now + span)
             ahead[at] = ahead[at] * (mass / span)
         spend = (1.0 - self._epsilon) * budget
         fund = weight
@@ -739,15 +740,16 @@ class CaptureExplore:
     @staticmethod
     def _fill_shaped(
         budget: int, now: int, rest: npt.NDArray[np.intp], res: _Ints, never: _Bools, last: _Floats, lam: _Floats,
-        weight: _Floats, last_success: Sequence[int | None], shape: Sequence[CycleShape | None],
+        weight: _Floats, shape: Sequence[CycleShape | None],
         shaped: Sequence[int], free: _Bools,
     ) -> npt.NDArray[np.intp]:
         """:func:`background_probes` over ``rest``, each shaped feed's updates since its last success read off its cycle."""
         elapsed = np.maximum(now - last, 0.0)
         expected = np.maximum(lam, 0.0) * elapsed
-        at = [i for i in shaped if free[i] and not never[i]]  # only these pay a Python call
-        if at:
-            mass = np.array([shape[i].mass(last_success[i], now) for i in at], dtype=np.float64)  # type: ignore[union-attr, arg-type]
+        at = np.asarray(shaped, dtype=np.intp)
+        at = at[free[at] & ~never[at]]
+        if at.size:
+            mass = cycle_masses(cast("list[CycleShape]", [shape[i] for i in at.tolist()]), last[at], now)
             expected[at] = np.maximum(lam[at], 0.0) * mass
         score = np.maximum(weight, 0.0) * -np.expm1(-expected)
         score[never] = np.inf
