@@ -21,6 +21,7 @@ is watched, nor which feeds are blocked (the caller leaves them out).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
@@ -174,13 +175,13 @@ def _greedy(budget: int, now: int, res: _Ints, never: _Bools, last: _Floats, rat
 
 
 class _Ledger:
-    """A float per resource id, as a dict that never forgets one would keep it: sorted ids, values beside."""
+    """``columns`` floats per resource id, as dicts that never forget an id would keep them: sorted ids, values beside."""
 
     __slots__ = ("keys", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, columns: int) -> None:
         self.keys: _Ints = np.empty(0, dtype=np.int64)
-        self.values: _Floats = np.empty(0, dtype=np.float64)
+        self.values: npt.NDArray[np.float64] = np.empty((columns, 0), dtype=np.float64)
 
     def find(self, res: _Ints) -> tuple[npt.NDArray[np.intp], _Bools]:
         """Each id's slot, and whether it has one (where not, the slot is meaningless)."""
@@ -190,23 +191,40 @@ class _Ledger:
         return pos, self.keys[pos] == res
 
     def slots(self, res: _Ints) -> npt.NDArray[np.intp]:
-        """Each id's slot, ids not seen yet added with 0.0."""
+        """Each id's slot, ids not seen yet added with 0.0 (the arrays are then new: take views after this)."""
         pos, found = self.find(res)
         if found.all():
             return pos
         keys = np.concatenate((self.keys, np.unique(res[~found])))
         order = np.argsort(keys, kind="stable")
-        values = np.concatenate((self.values, np.zeros(keys.size - self.values.size)))
-        self.keys, self.values = keys[order], values[order]
+        grown = np.zeros((self.values.shape[0], keys.size - self.keys.size))
+        self.keys, self.values = keys[order], np.concatenate((self.values, grown), axis=1)[:, order]
         return np.searchsorted(self.keys, res)
 
-    def get(self, resource: int, default: float) -> float:
+    def get(self, resource: int, column: int, default: float) -> float:
         pos, found = self.find(np.array([resource], dtype=np.int64))
-        return float(self.values[pos[0]]) if found[0] else default
+        return float(self.values[column, pos[0]]) if found[0] else default
+
+
+def _stride(credit: _Floats, slot: npt.NDArray[np.intp], res: _Ints, freq: _Floats,
+            budget: int) -> npt.NDArray[np.intp]:
+    """:meth:`FrequencyStride.pick` on arrays: ``credit[slot[i]]`` is ``res[i]``'s; positions of the picks."""
+    earned = np.minimum(credit[slot] + freq, 1.0 + freq)
+    credit[slot] = earned
+    if budget <= 0:
+        return np.empty(0, dtype=np.intp)
+    rich = np.flatnonzero(earned >= 1.0 - 1e-9)
+    out = rich[_best(budget, -earned[rich], res[rich])]
+    credit[slot[out]] -= 1.0
+    return out
+
+
+def _spend(credit: _Floats, slot: npt.NDArray[np.intp]) -> None:
+    """:meth:`FrequencyStride.spend` on arrays, ``slot`` distinct. A credit of 0 is as good as none."""
+    credit[slot] = np.maximum(credit[slot] - 1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------
-# Allocation variants# ---------------------------------------------------------------------------
 # Allocation variants, compared in docs/discovery-sim.md. Each picks at most
 # ``budget`` of ``resources`` (distinct, best first); the stateful ones keep
 # their state between chronons and must see every chronon of one epoch.
@@ -437,26 +455,21 @@ def _coordinated(groups: Iterable[tuple[Sequence[int], float]], res: _Ints, rate
                  budget: float, window: int, rounds: int, unfunded: float, damping: float) -> _Floats:
     """:func:`coordinated_weights` on arrays, arguments checked."""
     n = res.size
-    sizes: list[int] = []
-    flat: list[int] = []
-    shares: list[float] = []
-    for feeds, share in groups:
-        if feeds:
-            sizes.append(len(feeds))
-            flat.extend(feeds)
-            shares.append(share)
-    if rounds == 0 or n == 0 or not sizes:
+    members, weights = _unzip(groups)  # one C-level pass per field, not a Python loop over the rules
+    size_all = np.fromiter(map(len, members), dtype=np.int64, count=len(members))
+    if rounds == 0 or n == 0 or not (size_all > 0).any():
         return plain
+    entries = np.fromiter(itertools.chain.from_iterable(members), dtype=np.int64, count=int(size_all.sum()))
+    size = size_all[size_all > 0]  # a rule with no feed left counts for nothing
+    shares = np.asarray(weights, dtype=np.float64)[size_all > 0]
     order = np.argsort(res, kind="stable")
     sorted_res = res[order]
-    entries = np.asarray(flat, dtype=np.int64)
     pos = np.minimum(np.searchsorted(sorted_res, entries), n - 1)
     valid = sorted_res[pos] == entries
     idx = order[pos]
-    size = np.asarray(sizes, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(size)[:-1]))
-    share_of_entry = np.repeat(np.asarray(shares, dtype=np.float64), size)
-    group_of_entry = np.repeat(np.arange(len(sizes)), size)
+    share_of_entry = np.repeat(shares, size)
+    group_of_entry = np.repeat(np.arange(size.size), size)
     grouped = np.zeros(n, dtype=bool)
     grouped[idx[valid]] = True
     cap = 1.0 / (window + 1)
@@ -472,6 +485,14 @@ def _coordinated(groups: Iterable[tuple[Sequence[int], float]], res: _Ints, rate
     return current
 
 
+def _unzip(groups: Iterable[tuple[Sequence[int], float]]) -> tuple[tuple[Sequence[int], ...], tuple[float, ...]]:
+    pairs = groups if isinstance(groups, list | tuple) else list(groups)
+    if not pairs:
+        return (), ()
+    members, weights = zip(*pairs, strict=True)
+    return members, weights
+
+
 class FrequencyStride:
     """Turns probe frequencies into probes: each chronon every feed earns its ``f``; the richest are probed.
 
@@ -483,7 +504,7 @@ class FrequencyStride:
     __slots__ = ("_credit",)
 
     def __init__(self) -> None:
-        self._credit = _Ledger()  # credit per resource id, numpy arrays: no Python loop over the feeds
+        self._credit = _Ledger(1)  # credit per resource id, numpy arrays: no Python loop over the feeds
 
     def pick(self, budget: int, resources: Sequence[int], freq: Sequence[float]) -> list[int]:
         """At most ``budget`` of ``resources`` (distinct) once each earned its ``freq[i]``: most credit first, then smaller id."""
@@ -491,34 +512,22 @@ class FrequencyStride:
         f = np.asarray(freq, dtype=np.float64).reshape(len(freq))
         if f.size != res.size:
             raise ValueError("resources and freq must have the same length")
-        return res[self._pick(budget, res, f)].tolist()  # type: ignore[no-any-return]
-
-    def _pick(self, budget: int, res: _Ints, freq: _Floats) -> npt.NDArray[np.intp]:
-        """:meth:`pick` on arrays: positions in ``res`` of the picks, best first."""
-        credit = self._credit
-        slot = credit.slots(res)
-        earned = np.minimum(credit.values[slot] + freq, 1.0 + freq)
-        credit.values[slot] = earned
-        if budget <= 0:
-            return np.empty(0, dtype=np.intp)
-        rich = np.flatnonzero(earned >= 1.0 - 1e-9)
-        out = rich[_best(budget, -earned[rich], res[rich])]
-        credit.values[slot[out]] -= 1.0
-        return out
+        slot = self._credit.slots(res)
+        return res[_stride(self._credit.values[0], slot, res, f, budget)].tolist()  # type: ignore[no-any-return]
 
     def spend(self, resources: Sequence[int]) -> None:
         """``resources`` were probed by someone else this chronon: their next strided probe is a period away."""
-        self._spend(_ids(resources))
-
-    def _spend(self, res: _Ints) -> None:
-        credit = self._credit
-        slot, found = credit.find(res)
+        slot, found = self._credit.find(_ids(resources))
         slot = slot[found]
+        credit = self._credit.values[0]
         if np.unique(slot).size == slot.size:
-            credit.values[slot] = np.maximum(credit.values[slot] - 1.0, 0.0)
+            _spend(credit, slot)
         else:  # a resource named twice pays twice
             for i in slot.tolist():
-                credit.values[i] = max(float(credit.values[i]) - 1.0, 0.0)
+                credit[i] = max(float(credit[i]) - 1.0, 0.0)
+
+
+_FREQ, _CREDIT = 0, 1  # CaptureExplore's ledger rows
 
 
 class CaptureExplore:
@@ -575,8 +584,8 @@ class CaptureExplore:
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_level_exponent", "_refresh", "_rounds", "_stride",
-                 "_unfunded", "_z")
+    __slots__ = ("_epsilon", "_explore", "_freq_at", "_ledger", "_level_exponent", "_refresh", "_rounds", "_unfunded",
+                 "_z")
 
     def __init__(
         self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0,
@@ -600,14 +609,14 @@ class CaptureExplore:
         self._level_exponent = level_exponent
         self._epsilon = epsilon
         self._refresh = refresh
-        self._stride = FrequencyStride()
         self._explore = 0.0
-        self._freq = _Ledger()  # the last frequencies, per resource id
+        # Per resource id: the last frequencies (row FREQ) and the stride credit (row CREDIT, a FrequencyStride's).
+        self._ledger = _Ledger(2)
         self._freq_at: int | None = None
 
     def frequency(self, resource: int) -> float:
         """Probes per chronon the last recomputation gave ``resource`` (0: none, or not seen yet)."""
-        return self._freq.get(resource, 0.0)
+        return self._ledger.get(resource, _FREQ, 0.0)
 
     def optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> list[float]:
         """``λ⁺``: each rate scaled by its posterior's upper ``z`` quantile over its mean (as is without one)."""
@@ -674,15 +683,16 @@ class CaptureExplore:
         lam = self._optimistic(rate, posterior)
         w = np.asarray(weight, dtype=np.float64).reshape(n)
         shaped = [] if shape is None else [i for i, cycle in enumerate(shape) if cycle is not None]
-        slot, known = self._freq.find(res)
+        ledger = self._ledger
+        slot, known = ledger.find(res)
         if self._freq_at is None or now - self._freq_at >= self._refresh or not known.all():
             self._freq_at = now
             f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
-            slot = self._freq.slots(res)  # new ids first: the arrays may be replaced
-            self._freq.values[slot] = f
-        freq = self._freq.values[slot]
+            slot = ledger.slots(res)  # new ids first: the arrays may be replaced
+            ledger.values[_FREQ, slot] = f
+        freq, credit = ledger.values[_FREQ, slot], ledger.values[_CREDIT]
         if budget == 0 or n == 0:
-            self._stride._pick(0, res, freq)  # credit still accrues
+            _stride(credit, slot, res, freq, 0)  # credit still accrues
             return []
         # 1. explore: the stalest first (never probed: stalest of all), then the smaller id.
         self._explore += self._epsilon * budget
@@ -692,12 +702,12 @@ class CaptureExplore:
         never, last = _chronons(last_success, now)
         # O(n): only the k stalest are sorted, not every watched feed each chronon.
         stalest = _best(k, np.where(never, -np.inf, last), res) if k > 0 else np.empty(0, dtype=np.intp)
-        self._stride._spend(res[stalest])
+        _spend(credit, slot[stalest])
         free = np.ones(n, dtype=bool)
         free[stalest] = False
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
         rest = np.flatnonzero(free)
-        strided = rest[self._stride._pick(budget - k, res[rest], freq[rest])]
+        strided = rest[_stride(credit, slot[rest], res[rest], freq[rest], budget - k)]
         free[strided] = False
         picked = [stalest, strided]
         # 3. fill: work-conserving, by the greedy index on the optimistic rates.
@@ -709,7 +719,7 @@ class CaptureExplore:
             else:
                 filled = rest[_greedy(budget - k - strided.size, now, res[rest], never[rest], last[rest],
                                       lam[rest], w[rest])]
-            self._stride._spend(res[filled])
+            _spend(credit, slot[filled])
             picked.append(filled)
         return res[np.concatenate(picked)].tolist()  # type: ignore[no-any-return]
 
