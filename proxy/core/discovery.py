@@ -131,7 +131,7 @@ def _ids(resources: Sequence[int] | _Ints) -> _Ints:
     return np.asarray(resources, dtype=np.int64).reshape(len(resources))
 
 
-def _chronons(last_success: Sequence[int | None], now: int) -> tuple[_Bools, _Floats]:
+def _chronons(last_success: Sequence[int | None] | _Ints, now: int) -> tuple[_Bools, _Floats]:
     """Never probed (``None``), and each last success as a float (``now`` when never)."""
     last = np.array(last_success, dtype=np.float64).reshape(len(last_success))  # None -> nan
     never = np.isnan(last)
@@ -622,7 +622,7 @@ class CaptureExplore:
         """``λ⁺``: each rate scaled by its posterior's upper ``z`` quantile over its mean (as is without one)."""
         return self._optimistic(rate, posterior).tolist()  # type: ignore[no-any-return]
 
-    def _optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> _Floats:
+    def _optimistic(self, rate: Sequence[float] | _Floats, posterior: Sequence[tuple[float, float]] | None) -> _Floats:
         lam = np.maximum(np.asarray(rate, dtype=np.float64).reshape(len(rate)), 0.0)
         if posterior is None:
             return lam
@@ -643,10 +643,10 @@ class CaptureExplore:
         self,
         budget: int,
         now: int,
-        resources: Sequence[int],
-        last_success: Sequence[int | None],
-        rate: Sequence[float],
-        weight: Sequence[float],
+        resources: Sequence[int] | _Ints,
+        last_success: Sequence[int | None] | _Ints,
+        rate: Sequence[float] | _Floats,
+        weight: Sequence[float] | _Floats,
         window: int,
         posterior: Sequence[tuple[float, float]] | None = None,
         shape: Sequence[CycleShape | None] | None = None,
