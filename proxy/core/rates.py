@@ -316,7 +316,7 @@ def pooled_rates(updates: Sequence[float], exposure: Sequence[float], strength: 
     rate = strength / pool + t
     # gamma_upper, vectorised (Wilson–Hilferty).
     c = np.maximum(1.0 - 1.0 / (9.0 * shape) + z / (3.0 * np.sqrt(shape)), 0.0)
-    return [float(x) for x in shape / rate * c**3]
+    return (shape / rate * c**3).tolist()  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
