@@ -555,7 +555,6 @@ class _Run:
             self.found: dict[int, set[int]] = {}  # watch CEI -> feeds whose EI a probe found
             self.dead: set[int] = set()  # watch CEIs with an EI found too late
             self.weights = np.zeros(n)
-            self.last_at = np.full(n, -1, dtype=np.int64)  # self.last as an array, for the allocator
             self.weight_of: dict[int, tuple[tuple[int, ...], float]] = {}
             for i in range(r):
                 self._reweigh(i)
@@ -609,12 +608,12 @@ class _Run:
             return []
         waited = self.weights > 1e-9
         waited[list(chosen)] = False  # the engine's picks are probed already
-        resources = np.flatnonzero(waited)
-        # Arrays, not lists: the allocator works on arrays, and a few hundred feeds' conversions each
-        # chronon cost as much as its own work.
-        last = self.last_at[resources]
-        return alloc.pick(max(spare, 0), t, resources, last, p._ahead[resources, t], self.weights[resources],
-                          window, groups=lambda: list(self.weight_of.values()))
+        resources = np.flatnonzero(waited).tolist()
+        last: list[int | None] = [self.last[f] for f in resources]
+        rate = p._ahead[resources, t].tolist()
+        weight = self.weights[resources].tolist()
+        return alloc.pick(max(spare, 0), t, resources, last, rate, weight, window,
+                          groups=lambda: list(self.weight_of.values()))
 
     def _reweigh(self, i: int) -> None:
         """Rule ``i``'s share of the weights, as ``TriggerEvaluator._reweigh`` keeps it."""
@@ -703,8 +702,6 @@ class _Run:
                 else:
                     engine.seal(cid)  # rank 1: captured with its trigger EI
         self.last[r] = t
-        if self.alloc is not None:
-            self.last_at[r] = t
 
     def _open_trigger(self, i: int, rule: PlanTrigger, t: int, finish: int) -> None:
         cei = f"{i}t{self.seq[i]}"
