@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from scipy.stats import gamma, norm
 
 from proxy.core.discovery import CaptureExplore, capture_frequencies, coordinated_weights
-from proxy.core.rates import POOL_EXPOSURE_CAP, CycleShape, OnlineRates, gamma_upper, pooled_rates
+from proxy.core.rates import (
+    POOL_EXPOSURE_CAP,
+    CycleShape,
+    OnlineRates,
+    cycle_masses,
+    gamma_upper,
+    pooled_rates,
+)
 from proxy.service.loop import background_allocator
 
 
@@ -155,6 +162,26 @@ def test_cycle_shape_mass(start: float, length: float, weights: tuple[float, ...
 def test_a_bad_cycle_shape_is_refused(start: float, length: float, weights: tuple[float, ...], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         CycleShape(start, length, weights)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, -3.0, 12.25]), st.sampled_from([10.0, 37.5, 10_080.0]),
+                       st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5]), min_size=1, max_size=8)), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 3), st.floats(-1e5, 1e5), st.floats(-5.0, 3e4)), max_size=40),
+)
+def test_cycle_masses_are_the_same_floats_as_mass(cycles: list[tuple[float, float, list[float]]],
+                                                  spans: list[tuple[int, float, float]]) -> None:
+    # The allocator reads thousands of cycles per chronon with cycle_masses: it must not change a tie.
+    shapes = []
+    for start, length, w in cycles:
+        assume(sum(w) > 0)
+        shapes.append(CycleShape(start, length, tuple(x * len(w) / sum(w) for x in w)))
+    picked = [shapes[i % len(shapes)] for i, _, _ in spans]
+    a = [x for _, x, _ in spans]
+    b = [x + d for _, x, d in spans]
+    assert cycle_masses(picked, a, b).tolist() == [c.mass(x, y) for c, x, y in zip(picked, a, b, strict=True)]
+    assert cycle_masses(picked, 7, 7 + 11).tolist() == [c.mass(7, 18) for c in picked]
 
 
 def busy_and_quiet_probes(shaped: bool) -> tuple[int, int]:

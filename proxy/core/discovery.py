@@ -21,13 +21,15 @@ is watched, nor which feeds are blocked (the caller leaves them out).
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
-from proxy.core.rates import CycleShape, gamma_upper
+from proxy.core.rates import CycleShape, cycle_masses
 
 __all__ = [
     "DEAD_CEI_WEIGHT",
@@ -87,14 +89,11 @@ def background_probes(
         raise ValueError(f"budget must be >= 0, got {budget}")
     if budget == 0 or n == 0:
         return []
-    never = np.array([t is None for t in last_success], dtype=bool)
-    last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
-    elapsed = np.maximum(now - last, 0.0)
-    lam = np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
-    score = np.asarray(weight, dtype=np.float64) * -np.expm1(-lam * elapsed)
-    score[never] = np.inf
-    elapsed[never] = np.inf
-    return rank_background(budget, resources, score.tolist(), elapsed.tolist())
+    res = _ids(resources)
+    never, last = _chronons(last_success, now)
+    lam = np.asarray(rate, dtype=np.float64)
+    picked = _greedy(budget, now, res, never, last, lam, np.asarray(weight, dtype=np.float64))
+    return res[picked].tolist()  # type: ignore[no-any-return]
 
 
 def rank_background(
@@ -111,15 +110,118 @@ def rank_background(
         raise ValueError("resources, score and waited must have the same length")
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
-    if budget == 0 or not resources:
+    if budget == 0 or not len(resources):
         return []
-    res = np.asarray(resources, dtype=np.int64)
-    sc = np.asarray(score, dtype=np.float64)
-    # lexsort: the last key is the primary one; all ascending, so negate what ranks high.
-    order = np.lexsort((res, -np.asarray(waited, dtype=np.float64), -sc))
-    picked = order[:budget]
-    picked = picked[sc[picked] > 0]  # a feed probed this very chronon has nothing new to show
-    return [int(r) for r in res[picked]]
+    res = _ids(resources)
+    picked = _rank(budget, res, np.asarray(score, dtype=np.float64), np.asarray(waited, dtype=np.float64))
+    return res[picked].tolist()  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------
+# Array kernels behind the functions above and CaptureExplore: positions into
+# the arrays they are given, the same floats and ties as a Python loop over the
+# feeds, without one.
+
+_Ints = npt.NDArray[np.int64]
+_Floats = npt.NDArray[np.float64]
+_Bools = npt.NDArray[np.bool_]
+
+
+def _ids(resources: Sequence[int] | _Ints) -> _Ints:
+    return np.asarray(resources, dtype=np.int64).reshape(len(resources))
+
+
+def _chronons(last_success: Sequence[int | None] | _Ints, now: int) -> tuple[_Bools, _Floats]:
+    """Never probed (``None``), and each last success as a float (``now`` when never)."""
+    last = np.array(last_success, dtype=np.float64).reshape(len(last_success))  # None -> nan
+    never = np.isnan(last)
+    last[never] = now
+    return never, last
+
+
+def _best(budget: int, key: _Floats, *ties: npt.NDArray[np.generic]) -> npt.NDArray[np.intp]:
+    """Positions of the ``budget`` smallest ``key`` (NaN last), ties by ``ties`` in turn, smallest first.
+
+    ``np.lexsort((*reversed(ties), key))[:budget]``, sorting only the candidates
+    at or below the ``budget``-th key: O(n) on the many, not O(n log n).
+    """
+    n = key.size
+    if budget >= n:
+        cand = np.arange(n)
+    else:
+        kth = np.partition(key, budget - 1)[budget - 1]
+        cand = np.arange(n) if np.isnan(kth) else np.flatnonzero(key <= kth)
+    keys = tuple(t[cand] for t in reversed(ties))
+    return cand[np.lexsort((*keys, key[cand]))[:budget]]
+
+
+def _rank(budget: int, res: _Ints, score: _Floats, waited: _Floats) -> npt.NDArray[np.intp]:
+    """:func:`rank_background` on arrays: positions of the picks, best first."""
+    if budget <= 0 or score.size == 0:
+        return np.empty(0, dtype=np.intp)
+    picked = _best(budget, -score, -waited, res)
+    return picked[score[picked] > 0]  # a feed probed this very chronon has nothing new to show
+
+
+def _greedy(budget: int, now: int, res: _Ints, never: _Bools, last: _Floats, rate: _Floats,
+            weight: _Floats) -> npt.NDArray[np.intp]:
+    """:func:`background_probes` on arrays (``last``: ``now`` where ``never``)."""
+    elapsed = np.maximum(now - last, 0.0)
+    lam = np.maximum(rate, 0.0)
+    score = weight * -np.expm1(-lam * elapsed)
+    score[never] = np.inf
+    elapsed[never] = np.inf
+    return _rank(budget, res, score, elapsed)
+
+
+class _Ledger:
+    """``columns`` floats per resource id, as dicts that never forget an id would keep them: sorted ids, values beside."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, columns: int) -> None:
+        self.keys: _Ints = np.empty(0, dtype=np.int64)
+        self.values: npt.NDArray[np.float64] = np.empty((columns, 0), dtype=np.float64)
+
+    def find(self, res: _Ints) -> tuple[npt.NDArray[np.intp], _Bools]:
+        """Each id's slot, and whether it has one (where not, the slot is meaningless)."""
+        if self.keys.size == 0:
+            return np.zeros(res.size, dtype=np.intp), np.zeros(res.size, dtype=bool)
+        pos = np.minimum(np.searchsorted(self.keys, res), self.keys.size - 1)
+        return pos, self.keys[pos] == res
+
+    def slots(self, res: _Ints) -> npt.NDArray[np.intp]:
+        """Each id's slot, ids not seen yet added with 0.0 (the arrays are then new: take views after this)."""
+        pos, found = self.find(res)
+        if found.all():
+            return pos
+        keys = np.concatenate((self.keys, np.unique(res[~found])))
+        order = np.argsort(keys, kind="stable")
+        grown = np.zeros((self.values.shape[0], keys.size - self.keys.size))
+        self.keys, self.values = keys[order], np.concatenate((self.values, grown), axis=1)[:, order]
+        return np.searchsorted(self.keys, res)
+
+    def get(self, resource: int, column: int, default: float) -> float:
+        pos, found = self.find(np.array([resource], dtype=np.int64))
+        return float(self.values[column, pos[0]]) if found[0] else default
+
+
+def _stride(credit: _Floats, slot: npt.NDArray[np.intp], res: _Ints, freq: _Floats,
+            budget: int) -> npt.NDArray[np.intp]:
+    """:meth:`FrequencyStride.pick` on arrays: ``credit[slot[i]]`` is ``res[i]``'s; positions of the picks."""
+    earned = np.minimum(credit[slot] + freq, 1.0 + freq)
+    credit[slot] = earned
+    if budget <= 0:
+        return np.empty(0, dtype=np.intp)
+    rich = np.flatnonzero(earned >= 1.0 - 1e-9)
+    out = rich[_best(budget, -earned[rich], res[rich])]
+    credit[slot[out]] -= 1.0
+    return out
+
+
+def _spend(credit: _Floats, slot: npt.NDArray[np.intp]) -> None:
+    """:meth:`FrequencyStride.spend` on arrays, ``slot`` distinct. A credit of 0 is as good as none."""
+    credit[slot] = np.maximum(credit[slot] - 1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------
@@ -279,7 +381,13 @@ def capture_frequencies(rate: Sequence[float], weight: Sequence[float], budget: 
         raise ValueError(f"window must be >= 0, got {window}")
     if len(weight) != len(rate):
         raise ValueError("rate and weight must have the same length")
-    value = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * np.maximum(np.asarray(rate, dtype=np.float64), 0.0)
+    out = _capture(np.asarray(rate, dtype=np.float64), np.asarray(weight, dtype=np.float64), budget, window)
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def _capture(rate: _Floats, weight: _Floats, budget: float, window: int) -> _Floats:
+    """:func:`capture_frequencies` on arrays."""
+    value = np.maximum(weight, 0.0) * np.maximum(rate, 0.0)
     n = len(value)
     cap = 1.0 / (window + 1)
     order = np.lexsort((np.arange(n), -value))  # best first, ties by index
@@ -289,7 +397,7 @@ def capture_frequencies(rate: Sequence[float], weight: Sequence[float], budget: 
     given[value[order] <= 0] = 0.0
     out = np.zeros(n)
     out[order] = given
-    return [float(x) for x in out]
+    return out
 
 
 def coordinated_weights(
@@ -338,41 +446,51 @@ def coordinated_weights(
     n = len(resources)
     if not n == len(rate) == len(weight):
         raise ValueError("resources, rate and weight must have the same length")
-    sizes: list[int] = []
-    flat: list[int] = []
-    shares: list[float] = []
-    for feeds, share in groups:
-        if feeds:
-            sizes.append(len(feeds))
-            flat.extend(feeds)
-            shares.append(share)
-    plain = np.asarray(weight, dtype=np.float64)
-    if rounds == 0 or n == 0 or not sizes:
-        return [float(w) for w in plain]
-    res = np.asarray(resources, dtype=np.int64)
+    out = _coordinated(groups, _ids(resources), np.asarray(rate, dtype=np.float64),
+                       np.asarray(weight, dtype=np.float64), budget, window, rounds, unfunded, damping)
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def _coordinated(groups: Iterable[tuple[Sequence[int], float]], res: _Ints, rate: _Floats, plain: _Floats,
+                 budget: float, window: int, rounds: int, unfunded: float, damping: float) -> _Floats:
+    """:func:`coordinated_weights` on arrays, arguments checked."""
+    n = res.size
+    members, weights = _unzip(groups)  # one C-level pass per field, not a Python loop over the rules
+    size_all = np.fromiter(map(len, members), dtype=np.int64, count=len(members))
+    if rounds == 0 or n == 0 or not (size_all > 0).any():
+        return plain
+    entries = np.fromiter(itertools.chain.from_iterable(members), dtype=np.int64, count=int(size_all.sum()))
+    size = size_all[size_all > 0]  # a rule with no feed left counts for nothing
+    shares = np.asarray(weights, dtype=np.float64)[size_all > 0]
     order = np.argsort(res, kind="stable")
     sorted_res = res[order]
-    entries = np.asarray(flat, dtype=np.int64)
     pos = np.minimum(np.searchsorted(sorted_res, entries), n - 1)
     valid = sorted_res[pos] == entries
     idx = order[pos]
-    size = np.asarray(sizes, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(size)[:-1]))
-    share_of_entry = np.repeat(np.asarray(shares, dtype=np.float64), size)
-    group_of_entry = np.repeat(np.arange(len(sizes)), size)
+    share_of_entry = np.repeat(shares, size)
+    group_of_entry = np.repeat(np.arange(size.size), size)
     grouped = np.zeros(n, dtype=bool)
     grouped[idx[valid]] = True
     cap = 1.0 / (window + 1)
     current = plain.copy()
     for _ in range(rounds):
-        f = np.asarray(capture_frequencies(rate, current.tolist(), budget, window), dtype=np.float64)
+        f = _capture(rate, current, budget, window)
         chance = np.where(f >= cap * (1 - 1e-9), 1.0, unfunded + (1.0 - unfunded) * np.minimum(f / cap, 1.0))
         p = np.where(valid, chance[idx], 1.0)
         together = np.multiply.reduceat(p, offsets)
         contrib = share_of_entry * together[group_of_entry] / p
         summed = np.bincount(idx[valid], weights=contrib[valid], minlength=n)
         current = damping * current + (1.0 - damping) * np.where(grouped, summed, plain)
-    return [float(w) for w in current]
+    return current
+
+
+def _unzip(groups: Iterable[tuple[Sequence[int], float]]) -> tuple[tuple[Sequence[int], ...], tuple[float, ...]]:
+    pairs = groups if isinstance(groups, list | tuple) else list(groups)
+    if not pairs:
+        return (), ()
+    members, weights = zip(*pairs, strict=True)
+    return members, weights
 
 
 class FrequencyStride:
@@ -386,25 +504,30 @@ class FrequencyStride:
     __slots__ = ("_credit",)
 
     def __init__(self) -> None:
-        self._credit: dict[int, float] = {}
+        self._credit = _Ledger(1)  # credit per resource id, numpy arrays: no Python loop over the feeds
 
     def pick(self, budget: int, resources: Sequence[int], freq: Sequence[float]) -> list[int]:
-        credit = self._credit
-        for r, f in zip(resources, freq, strict=True):
-            credit[r] = min(credit.get(r, 0.0) + f, 1.0 + f)
-        if budget <= 0:
-            return []
-        ranked = sorted((r for r in resources if credit[r] >= 1.0 - 1e-9), key=lambda r: (-credit[r], r))
-        out = ranked[:budget]
-        for r in out:
-            credit[r] -= 1.0
-        return out
+        """At most ``budget`` of ``resources`` (distinct) once each earned its ``freq[i]``: most credit first, then smaller id."""
+        res = _ids(resources)
+        f = np.asarray(freq, dtype=np.float64).reshape(len(freq))
+        if f.size != res.size:
+            raise ValueError("resources and freq must have the same length")
+        slot = self._credit.slots(res)
+        return res[_stride(self._credit.values[0], slot, res, f, budget)].tolist()  # type: ignore[no-any-return]
 
     def spend(self, resources: Sequence[int]) -> None:
         """``resources`` were probed by someone else this chronon: their next strided probe is a period away."""
-        for r in resources:
-            if r in self._credit:
-                self._credit[r] = max(self._credit[r] - 1.0, 0.0)
+        slot, found = self._credit.find(_ids(resources))
+        slot = slot[found]
+        credit = self._credit.values[0]
+        if np.unique(slot).size == slot.size:
+            _spend(credit, slot)
+        else:  # a resource named twice pays twice
+            for i in slot.tolist():
+                credit[i] = max(float(credit[i]) - 1.0, 0.0)
+
+
+_FREQ, _CREDIT = 0, 1  # CaptureExplore's ledger rows
 
 
 class CaptureExplore:
@@ -461,8 +584,8 @@ class CaptureExplore:
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq", "_freq_at", "_level_exponent", "_refresh", "_rounds", "_stride",
-                 "_unfunded", "_z")
+    __slots__ = ("_epsilon", "_explore", "_freq_at", "_ledger", "_level_exponent", "_refresh", "_rounds", "_unfunded",
+                 "_z")
 
     def __init__(
         self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0,
@@ -486,32 +609,44 @@ class CaptureExplore:
         self._level_exponent = level_exponent
         self._epsilon = epsilon
         self._refresh = refresh
-        self._stride = FrequencyStride()
         self._explore = 0.0
-        self._freq: dict[int, float] = {}
+        # Per resource id: the last frequencies (row FREQ) and the stride credit (row CREDIT, a FrequencyStride's).
+        self._ledger = _Ledger(2)
         self._freq_at: int | None = None
 
     def frequency(self, resource: int) -> float:
         """Probes per chronon the last recomputation gave ``resource`` (0: none, or not seen yet)."""
-        return self._freq.get(resource, 0.0)
+        return self._ledger.get(resource, _FREQ, 0.0)
 
     def optimistic(self, rate: Sequence[float], posterior: Sequence[tuple[float, float]] | None) -> list[float]:
         """``λ⁺``: each rate scaled by its posterior's upper ``z`` quantile over its mean (as is without one)."""
-        lam = [max(r, 0.0) for r in rate]
+        return self._optimistic(rate, posterior).tolist()  # type: ignore[no-any-return]
+
+    def _optimistic(self, rate: Sequence[float] | _Floats, posterior: Sequence[tuple[float, float]] | None) -> _Floats:
+        lam = np.maximum(np.asarray(rate, dtype=np.float64).reshape(len(rate)), 0.0)
         if posterior is None:
             return lam
         if len(posterior) != len(lam):
             raise ValueError("posterior and rate must have the same length")
-        return [r * gamma_upper(a, b, self._z) / (a / b) for r, (a, b) in zip(lam, posterior, strict=True)]
+        ab = np.asarray(posterior, dtype=np.float64).reshape(len(lam), 2)
+        a, b = ab[:, 0], ab[:, 1]
+        if ((a <= 0) | (b <= 0)).any():
+            raise ValueError("shape and rate must be > 0")  # gamma_upper's refusal
+        # gamma_upper, vectorised: the same operations in the same order. The cube is Python's
+        # (libm's pow): numpy's SIMD power differs from it in the last bit for some values.
+        c = np.maximum(1.0 - 1.0 / (9.0 * a) + self._z / (3.0 * np.sqrt(a)), 0.0)
+        cube = np.array([x**3 for x in c.tolist()], dtype=np.float64)
+        mean = a / b
+        return lam * (mean * cube) / mean
 
     def pick(
         self,
         budget: int,
         now: int,
-        resources: Sequence[int],
-        last_success: Sequence[int | None],
-        rate: Sequence[float],
-        weight: Sequence[float],
+        resources: Sequence[int] | _Ints,
+        last_success: Sequence[int | None] | _Ints,
+        rate: Sequence[float] | _Floats,
+        weight: Sequence[float] | _Floats,
         window: int,
         posterior: Sequence[tuple[float, float]] | None = None,
         shape: Sequence[CycleShape | None] | None = None,
@@ -529,7 +664,11 @@ class CaptureExplore:
         split of ``weight`` (:func:`coordinated_weights`), asked for only when
         the frequencies are recomputed and only with ``coordination_rounds``
         set: the frequencies then go by the coordinated weights, the fill by
-        ``weight``.
+        ``weight``. ``resources`` are distinct; sequences or numpy arrays.
+
+        One numpy pass over the feeds (the stride credit and frequencies are
+        arrays by resource id); Python work per feed only for the shaped
+        feeds' cycles and, with a posterior, the optimism's cube.
         """
         n = len(resources)
         if not n == len(last_success) == len(rate) == len(weight):
@@ -540,77 +679,89 @@ class CaptureExplore:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
-        lam = self.optimistic(rate, posterior)
-        shaped = [] if shape is None else [i for i in range(n) if shape[i] is not None]
-        if self._freq_at is None or now - self._freq_at >= self._refresh or any(r not in self._freq for r in resources):
+        res = _ids(resources)
+        lam = self._optimistic(rate, posterior)
+        w = np.asarray(weight, dtype=np.float64).reshape(n)
+        shaped = [] if shape is None else [i for i, cycle in enumerate(shape) if cycle is not None]
+        ledger = self._ledger
+        slot, known = ledger.find(res)
+        if self._freq_at is None or now - self._freq_at >= self._refresh or not known.all():
             self._freq_at = now
-            e = self._level_exponent
-            ahead = lam if e == 1.0 else [x**e if x > 0 else 0.0 for x in lam]
-            if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
-                span = max(window + 1, self._refresh)
-                ahead = list(ahead)
-                for i in shaped:
-                    cycle = shape[i]
-                    if cycle is not None:
-                        ahead[i] *= cycle.mass(now, now + span) / span
-            spend = (1.0 - self._epsilon) * budget
-            fund = weight
-            if groups is not None and self._rounds > 0:
-                fund = coordinated_weights(groups(), resources, ahead, weight, spend, window,
-                                           rounds=self._rounds, unfunded=self._unfunded)
-            f = capture_frequencies(ahead, fund, spend, window)
-            self._freq.update(zip(resources, f, strict=True))
+            f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
+            slot = ledger.slots(res)  # new ids first: the arrays may be replaced
+            ledger.values[_FREQ, slot] = f
+        freq, credit = ledger.values[_FREQ, slot], ledger.values[_CREDIT]
         if budget == 0 or n == 0:
-            self._stride.pick(0, resources, [self._freq[r] for r in resources])  # credit still accrues
+            _stride(credit, slot, res, freq, 0)  # credit still accrues
             return []
         # 1. explore: the stalest first (never probed: stalest of all), then the smaller id.
         self._explore += self._epsilon * budget
         k = min(int(self._explore + 1e-9), budget, n)
         self._explore -= k
         self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
-        # heapq.nsmallest: O(n log k), not a sort of every watched feed each chronon.
-        stalest = heapq.nsmallest(
-            k, range(n), key=lambda i: (last_success[i] is not None, last_success[i] or 0, resources[i]))
-        out = [resources[i] for i in stalest]
-        self._stride.spend(out)
-        taken = set(out)
+        never, last = _chronons(last_success, now)
+        # O(n): only the k stalest are sorted, not every watched feed each chronon.
+        stalest = _best(k, np.where(never, -np.inf, last), res) if k > 0 else np.empty(0, dtype=np.intp)
+        _spend(credit, slot[stalest])
+        free = np.ones(n, dtype=bool)
+        free[stalest] = False
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
-        rest = [i for i in range(n) if resources[i] not in taken]
-        strided = self._stride.pick(budget - len(out), [resources[i] for i in rest],
-                                    [self._freq[resources[i]] for i in rest])
-        out += strided
-        taken.update(strided)
+        rest = np.flatnonzero(free)
+        strided = rest[_stride(credit, slot[rest], res[rest], freq[rest], budget - k)]
+        free[strided] = False
+        picked = [stalest, strided]
         # 3. fill: work-conserving, by the greedy index on the optimistic rates.
-        if len(out) < budget:
-            rest = [i for i in range(n) if resources[i] not in taken]
+        if k + strided.size < budget:
+            rest = np.flatnonzero(free)
             if shape is not None and shaped:
-                filled = self._fill_shaped(budget - len(out), now, rest, resources, last_success, lam, weight,
-                                           shape, shaped)
+                filled = rest[self._fill_shaped(budget - k - strided.size, now, rest, res, never, last, lam, w,
+                                                shape, shaped, free)]
             else:
-                filled = background_probes(budget - len(out), now, [resources[i] for i in rest],
-                                           [last_success[i] for i in rest], [lam[i] for i in rest],
-                                           [weight[i] for i in rest])
-            self._stride.spend(filled)
-            out += filled
-        return out
+                filled = rest[_greedy(budget - k - strided.size, now, res[rest], never[rest], last[rest],
+                                      lam[rest], w[rest])]
+            _spend(credit, slot[filled])
+            picked.append(filled)
+        return res[np.concatenate(picked)].tolist()  # type: ignore[no-any-return]
+
+    def _frequencies(
+        self, budget: int, now: int, res: _Ints, lam: _Floats, weight: _Floats, window: int,
+        shape: Sequence[CycleShape | None] | None, shaped: Sequence[int],
+        groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None,
+    ) -> _Floats:
+        """The capture frequencies of ``res`` for the chronons until the next recomputation."""
+        e = self._level_exponent
+        if e == 1.0:
+            ahead = lam.copy()
+        elif e == 0.0:
+            ahead = np.where(lam > 0, 1.0, 0.0)  # x ** 0.0 == 1.0
+        else:  # Python's pow, as the scalar version (numpy's SIMD power may differ in the last bit)
+            ahead = np.array([x**e if x > 0 else 0.0 for x in lam.tolist()], dtype=np.float64)
+        if shape is not None and shaped:  # the rate over the chronons these frequencies serve, not the mean
+            span = max(window + 1, self._refresh)
+            at = np.asarray(shaped, dtype=np.intp)
+            mass = cycle_masses(cast("list[CycleShape]", [shape[i] for i in shaped]), now, now + span)
+            ahead[at] = ahead[at] * (mass / span)
+        spend = (1.0 - self._epsilon) * budget
+        fund = weight
+        if groups is not None and self._rounds > 0:
+            fund = _coordinated(groups(), res, ahead, weight, spend, window, self._rounds, self._unfunded, 0.5)
+        return _capture(ahead, fund, spend, window)
 
     @staticmethod
     def _fill_shaped(
-        budget: int, now: int, rest: Sequence[int], resources: Sequence[int], last_success: Sequence[int | None],
-        lam: Sequence[float], weight: Sequence[float], shape: Sequence[CycleShape | None], shaped: Sequence[int],
-    ) -> list[int]:
-        """:func:`background_probes` with each shaped feed's updates since its last success read off its cycle."""
-        never = np.array([t is None for t in last_success], dtype=bool)
-        last = np.array([now if t is None else t for t in last_success], dtype=np.float64)
+        budget: int, now: int, rest: npt.NDArray[np.intp], res: _Ints, never: _Bools, last: _Floats, lam: _Floats,
+        weight: _Floats, shape: Sequence[CycleShape | None],
+        shaped: Sequence[int], free: _Bools,
+    ) -> npt.NDArray[np.intp]:
+        """:func:`background_probes` over ``rest``, each shaped feed's updates since its last success read off its cycle."""
         elapsed = np.maximum(now - last, 0.0)
-        expected = np.maximum(np.asarray(lam, dtype=np.float64), 0.0) * elapsed
-        for i in shaped:  # only these pay a Python call: the others are one numpy product
-            cycle, t = shape[i], last_success[i]
-            if cycle is not None and t is not None:
-                expected[i] = max(lam[i], 0.0) * cycle.mass(t, now)
-        score = np.maximum(np.asarray(weight, dtype=np.float64), 0.0) * -np.expm1(-expected)
+        expected = np.maximum(lam, 0.0) * elapsed
+        at = np.asarray(shaped, dtype=np.intp)
+        at = at[free[at] & ~never[at]]
+        if at.size:
+            mass = cycle_masses(cast("list[CycleShape]", [shape[i] for i in at.tolist()]), last[at], now)
+            expected[at] = np.maximum(lam[at], 0.0) * mass
+        score = np.maximum(weight, 0.0) * -np.expm1(-expected)
         score[never] = np.inf
         elapsed[never] = np.inf
-        idx = np.asarray(rest, dtype=np.int64)
-        res = np.asarray(resources, dtype=np.int64)[idx]
-        return rank_background(budget, res.tolist(), score[idx].tolist(), elapsed[idx].tolist())
+        return _rank(budget, res[rest], score[rest], elapsed[rest])
