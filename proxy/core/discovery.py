@@ -131,8 +131,8 @@ def _ids(resources: Sequence[int] | _Ints) -> _Ints:
     return np.asarray(resources, dtype=np.int64).reshape(len(resources))
 
 
-def _chronons(last_success: Sequence[int | None] | _Ints, now: int) -> tuple[_Bools, _Floats]:
-    """Never probed (``None``), and each last success as a float (``now`` when never)."""
+def _chronons(last_success: Sequence[int | None] | _Ints | _Floats, now: int) -> tuple[_Bools, _Floats]:
+    """Never probed (``None``, or NaN in a float array), and each last success as a float (``now`` when never)."""
     last = np.array(last_success, dtype=np.float64).reshape(len(last_success))  # None -> nan
     never = np.isnan(last)
     last[never] = now
@@ -644,7 +644,7 @@ class CaptureExplore:
         budget: int,
         now: int,
         resources: Sequence[int] | _Ints,
-        last_success: Sequence[int | None] | _Ints,
+        last_success: Sequence[int | None] | _Ints | _Floats,
         rate: Sequence[float] | _Floats,
         weight: Sequence[float] | _Floats,
         window: int,

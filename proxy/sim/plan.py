@@ -627,12 +627,13 @@ class _Run:
             self.weight_of: dict[int, tuple[tuple[int, ...], float]] = {}
             for i in range(r):
                 self._reweigh(i)
-            # Learning: updates each feed's probes have dated so far (distinct chronons up to its last
-            # probe), and its last probe (-2: never fetched, a feed without a record before the horizon).
-            self.dated = np.zeros(n)
+            # Each feed's last probe, for the allocator (NaN: never fetched, a feed without a record before
+            # the horizon when learning), and the updates its probes have dated so far (distinct chronons
+            # up to its last probe), which the learning adds to its record.
             self.seen = np.full(n, -1.0)
             if plan.learning is not None:
-                self.seen[plan._prior_exposure <= 0] = -2.0
+                self.seen[plan._prior_exposure <= 0] = np.nan
+            self.dated = np.zeros(n)
 
     def run(self) -> _Outcome:
         p, engine = self.p, self.engine
@@ -684,24 +685,20 @@ class _Run:
         waited = self.weights > 1e-9
         waited[list(chosen)] = False  # the engine's picks are probed already
         picked = np.flatnonzero(waited)
-        resources = picked.tolist()
+        last = self.seen[picked]  # arrays, not lists: the allocator works on arrays
         learning = p.learning
         if learning is None:
-            last: list[int | None] = [self.last[f] for f in resources]
-            rate = p._ahead[resources, t].tolist()
+            rate = p._ahead[picked, t]
         else:
             # The loop's pooled rates on each record: what it held before the horizon and what was
             # found since. A feed with no record had never been fetched: no last success, no exposure.
-            seen = self.seen[picked]
-            last = [None if s < -1 else int(s) for s in seen.tolist()]
+            probed = ~np.isnan(last)
             level = pooled_rates(
                 (p._prior_updates[picked] + self.dated[picked]).tolist(),
-                (p._prior_exposure[picked] + np.maximum(seen + 1.0, 0.0)).tolist(),
-                learning.strength, learning.z, unseen=np.where(seen < -1, 0.0, t - seen).tolist(),
-                fade=learning.fade)
-            rate = (np.asarray(level) * p._ahead[picked, t]).tolist()
-        weight = self.weights[resources].tolist()
-        return alloc.pick(max(spare, 0), t, resources, last, rate, weight, window,
+                (p._prior_exposure[picked] + np.where(probed, last + 1.0, 0.0)).tolist(),
+                learning.strength, learning.z, unseen=np.where(probed, t - last, 0.0).tolist(), fade=learning.fade)
+            rate = np.asarray(level) * p._ahead[picked, t]
+        return alloc.pick(max(spare, 0), t, picked, last, rate, self.weights[picked], window,
                           groups=lambda: list(self.weight_of.values()))
 
     def _reweigh(self, i: int) -> None:
