@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from proxy.core.rates import (
     POOL_EXPOSURE_CAP,
     CycleShape,
     OnlineRates,
+    _median,
     cycle_masses,
     gamma_upper,
     pooled_rates,
@@ -288,6 +290,12 @@ def test_pooled_rates_rise_with_updates_fall_with_exposure_and_stay_positive(
     assert all(o >= r for o, r in zip(pooled_rates(n, t, strength, z + 1), rates, strict=True))
     # Order does not matter (the pool is a sum).
     assert pooled_rates(n[::-1], t[::-1], strength, z)[::-1] == pytest.approx(rates)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e9, allow_nan=False), min_size=1, max_size=40))
+def test_the_pools_median_is_numpys_to_the_last_bit(values: list[float]) -> None:
+    assert _median(np.asarray(values)) == float(np.median(values))
 
 
 def _capped(exposure: list[float]) -> bool:

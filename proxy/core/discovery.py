@@ -551,11 +551,12 @@ class CaptureExplore:
        probes until its estimate tightens (UCB, Auer et al. 2002). Without a
        posterior (rates known) ``λ⁺ = λ``. The frequencies fill feeds by
        ``weight · (λ⁺)^level_exponent``: 1 is capture-optimal when the rates
-       are known; below 1 trusts a learnt level less. The service uses 0
-       (by weight alone, the rate still ranking the fill and the cycle still
-       saying when): rates learnt from a handful of updates are mostly noise,
-       and a watch rule's CEI needs its slow feeds' updates as much as its
-       fast ones (``docs/discovery.md``). Recomputed every ``refresh``
+       are known; below 1 trusts a learnt level less (0: by weight alone,
+       the rate still ranking the fill and the cycle still saying when). The
+       service uses 1 on rates pooled across feeds, so that a feed's own rate
+       counts once its record outweighs the pool's (``proxy.service.loop``'s
+       ``LEVEL_EXPONENT`` and ``POOL_STRENGTH``; it used 0 on unpooled rates
+       before, ``docs/discovery.md``). Recomputed every ``refresh``
        chronons or when a feed never given a frequency appears (a feed the
        caller left out for a while, in flight or taken by the engine, keeps
        its last one); executed by a :class:`FrequencyStride`;

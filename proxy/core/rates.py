@@ -239,12 +239,22 @@ POOL_EXPOSURE_CAP = 4.0
 exposure (:func:`pooled_rates`)."""
 
 
+def _median(x: np.ndarray) -> float:
+    """``np.median`` of a non-empty 1-d array, the same float, without its generic machinery
+    (about 2 against 11 µs on a few dozen feeds: the plan pools every simulated chronon)."""
+    k = x.size // 2
+    if x.size % 2:
+        return float(np.partition(x, k)[k])
+    part = np.partition(x, (k - 1, k))
+    return float((part[k - 1] + part[k]) / 2)
+
+
 def _pool_rate(n: np.ndarray, t: np.ndarray) -> float:
     """``(Σ updates + 1) / (Σ exposure + 1)`` with each record scaled down to at most
     :data:`POOL_EXPOSURE_CAP` times the median exposure of the feeds observed at all."""
     seen = t[t > 0]
     if seen.size:
-        cap = POOL_EXPOSURE_CAP * float(np.median(seen))
+        cap = POOL_EXPOSURE_CAP * _median(seen)
         over = t > cap
         if over.any():
             scale = np.ones_like(t)
