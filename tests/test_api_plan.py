@@ -68,6 +68,7 @@ async def test_each_user_plans_their_own_profiles(api: Client) -> None:
     alice, bob = plans["alice"], plans["bob"]
     assert (alice["profiles"], alice["rules"], alice["feeds"]) == (2, 3, 2)
     assert (bob["profiles"], bob["rules"], bob["feeds"]) == (1, 1, 1)
+    assert alice["unrecorded_feeds"] == 2 and bob["unrecorded_feeds"] == 1  # the loop never ran: nothing fetched
     for plan in (alice, bob):
         assert (plan["horizon"], plan["futures"], plan["seed"], plan["target"]) == (200, 2, 0, 0.9)
         assert plan["policy"] == "mrsf-p" and plan["chronon_seconds"] == 0.05

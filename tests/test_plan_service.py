@@ -83,6 +83,7 @@ def test_run_plan_report_lines_and_json() -> None:
     assert lines[1] == "budget 1: expected completeness 1.000 ± 0.000 (probes/chronon 1.0)"
     assert lines[2] == "least budget for 0.90: 1 (expected 1.000 ± 0.000, probes/chronon 1.0)"
     doc = report.to_json()
+    assert doc["unrecorded_feeds"] == 0  # the one feed has a record
     assert doc["current"]["ceis"] == pytest.approx(60, rel=0.3)
     assert doc["least"] == doc["best"] == doc["current"]
 
@@ -148,6 +149,7 @@ def test_proxy_plan_prints_the_documented_lines(runner: CliRunner, sqlite_url: s
     assert as_json.exit_code == 0, as_json.output
     doc = json.loads(as_json.stdout)
     assert (doc["profiles"], doc["rules"], doc["feeds"], doc["horizon"], doc["futures"]) == (2, 3, 3, 600, 4)
+    assert doc["unrecorded_feeds"] == 0  # the saved models hold a record of every feed
     assert doc["current"]["budget"] == 1 and doc["target"] == 0.95
     assert doc["least"]["budget"] == int(least.group(1))  # the same plan: the same seed, the same futures
     assert doc["least"]["completeness"] >= 0.95
@@ -166,6 +168,7 @@ def test_proxy_plan_without_saved_models_uses_the_prior(runner: CliRunner, sqlit
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["rules"] == 3 and doc["current"]["ceis"] > 0  # bob's digest fires whatever the rates
+    assert doc["unrecorded_feeds"] == 3  # no models: every feed is learnt from nothing
     assert "saved update models not used" in result.stderr
 
 

@@ -453,6 +453,9 @@ class PlanOut(BaseModel):
     rules: int
     skipped_rules: int
     feeds: int
+    unrecorded_feeds: int | None
+    """Of ``feeds``, those the proxy has no record of yet (never fetched): the plan counts what
+    learning their pace costs, as the chronon loop will spend it."""
     horizon: int
     """Chronons planned, from the current one."""
     chronon_seconds: float

@@ -71,6 +71,11 @@ class PlanInputs:
     def horizon(self) -> int:
         return self.rates.chronons
 
+    @property
+    def unrecorded(self) -> int | None:
+        """Feeds whose update model holds no record yet (never fetched): the plan learns them from nothing."""
+        return None if self.evidence is None else sum(1 for _, exposure in self.evidence if exposure <= 0)
+
 
 @dataclass(frozen=True, slots=True)
 class PlanReport:
@@ -92,6 +97,7 @@ class PlanReport:
             "rules": len(i.rules),
             "skipped_rules": i.skipped,
             "feeds": len(i.feeds),
+            "unrecorded_feeds": i.unrecorded,
             "horizon": i.horizon,
             "chronon_seconds": i.chronon_seconds,
             "futures": self.futures,
