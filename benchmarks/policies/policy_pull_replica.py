@@ -30,8 +30,12 @@ over many traces in seconds:
   weeks at their real pace (200 chronons of 1.68 h), where the models' prior
   lets predictions come due; at the bench's 0.3 s they never do.
 
-What it leaves out: HTTP timing, probes in flight, and the evaluator's exact
-update-time estimate (it dates a found update by its true chronon). So its
+What it leaves out: HTTP timing, probes in flight, the evaluator's exact
+update-time estimate (it dates a found update by its true chronon), and the
+live bench's lead: its rules exist ten chronons before the run, and the
+service spends those chronons' probes on documents holding only the
+placeholder, so about twenty feeds start the run with a last success and a
+record of silence (``docs/discovery.md``, "Where learning loses"). So its
 figures are close to the live ones, not equal; a choice it suggests must be
 confirmed live.
 
