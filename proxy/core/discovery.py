@@ -32,6 +32,7 @@ import numpy.typing as npt
 from proxy.core.rates import CycleShape, cycle_masses
 
 __all__ = [
+    "COORDINATION_DAMPING",
     "DEAD_CEI_WEIGHT",
     "CaptureExplore",
     "FrequencyStride",
@@ -400,6 +401,11 @@ def _capture(rate: _Floats, weight: _Floats, budget: float, window: int) -> _Flo
     return out
 
 
+COORDINATION_DAMPING = 0.5
+"""How far each round of :func:`coordinated_weights` moves the weights (halfway: the rounds settle
+instead of swinging between the two feeds of a pair); ``CaptureExplore`` uses it too."""
+
+
 def coordinated_weights(
     groups: Iterable[tuple[Sequence[int], float]],
     resources: Sequence[int],
@@ -410,7 +416,7 @@ def coordinated_weights(
     *,
     rounds: int = 3,
     unfunded: float = 0.3,
-    damping: float = 0.5,
+    damping: float = COORDINATION_DAMPING,
 ) -> list[float]:
     """``weight`` re-spread so that a rule's share on a feed counts the chance its other feeds are caught.
 
@@ -745,7 +751,8 @@ class CaptureExplore:
         spend = (1.0 - self._epsilon) * budget
         fund = weight
         if groups is not None and self._rounds > 0:
-            fund = _coordinated(groups(), res, ahead, weight, spend, window, self._rounds, self._unfunded, 0.5)
+            fund = _coordinated(groups(), res, ahead, weight, spend, window, self._rounds, self._unfunded,
+                                COORDINATION_DAMPING)
         return _capture(ahead, fund, spend, window)
 
     @staticmethod
