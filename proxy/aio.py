@@ -52,6 +52,10 @@ def run(main: Coroutine[Any, Any, _T]) -> _T:
         return runner.run(main)
 
 
+_RECANCEL_SECONDS = 2.0
+"""How long :func:`cancel_and_wait` lets a cancelled task wind down before cancelling it again."""
+
+
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and wait until it has ended, without swallowing the caller's own cancellation.
 
@@ -61,11 +65,30 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     had happened. The lease keeper stepping down was one: ``ProxyService.stop()`` cancelled
     it mid step-down, the step-down ate the cancellation, the keeper went back to
     campaigning, and ``stop()`` waited for it for ever.
+
+    A task can also swallow the cancellation without meaning to: ``asyncio.wait_for``
+    in CPython 3.11 returns the result instead of raising when the awaited completes in
+    the same turn as the cancel (fixed in 3.12). The lease keeper's renewal waits that
+    way, so about one restart in twenty left it renewing for ever and ``stop()`` waiting
+    for it (``tests/test_metrics_conventions.py``, run in a loop). So the cancel is
+    repeated, every ``_RECANCEL_SECONDS``, until the task has ended.
     """
     task.cancel()
+    loop = asyncio.get_running_loop()
+    timer: list[asyncio.TimerHandle] = []
+
+    def again() -> None:  # the last cancel was swallowed: once more, until the task ends
+        if not task.done():
+            task.cancel()
+            timer[:] = [loop.call_later(_RECANCEL_SECONDS, again)]
+
+    timer.append(loop.call_later(_RECANCEL_SECONDS, again))
     try:
         await task
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # we are being cancelled too: pass it on
+    finally:
+        for handle in timer:
+            handle.cancel()

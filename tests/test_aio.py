@@ -94,3 +94,24 @@ async def test_cancel_and_wait_passes_on_a_cancellation_of_the_caller() -> None:
     with pytest.raises(asyncio.CancelledError):
         await outer
     assert inner.cancelled() and not carried_on
+
+
+async def test_a_task_that_swallows_its_cancel_is_cancelled_again() -> None:
+    # As the lease keeper did when asyncio.wait_for (CPython 3.11) returned instead of raising:
+    # the first CancelledError is lost and the task goes back to its loop.
+    swallowed = 0
+
+    async def keeper() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+
+    task = asyncio.create_task(keeper())
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(aio.cancel_and_wait(task), timeout=10)  # without a second cancel: for ever
+    assert task.cancelled() and swallowed == 1
