@@ -605,7 +605,12 @@ class _Run:
         self.budget = budget
         n, r = plan._n, len(plan.rules)
         self.engine = Engine(n, history=_HISTORY)
-        self.last = [-1] * n  # the baseline probe just before the horizon
+        # Each feed's last probe: -1, the baseline probe just before the horizon; NaN when learning, for a
+        # feed without a record before the horizon (never fetched: the allocator probes those first, and
+        # its first probe counts the updates since the horizon as the baseline's would).
+        self.last = np.full(n, -1.0)
+        if plan.learning is not None:
+            self.last[plan._prior_exposure <= 0] = np.nan
         self.next_hidden = [0] * n
         self.unknown = [k for _, k in future.ceis]  # EIs of each update CEI not found yet
         self.seq = [0] * r
@@ -627,12 +632,8 @@ class _Run:
             self.weight_of: dict[int, tuple[tuple[int, ...], float]] = {}
             for i in range(r):
                 self._reweigh(i)
-            # Each feed's last probe, for the allocator (NaN: never fetched, a feed without a record before
-            # the horizon when learning), and the updates its probes have dated so far (distinct chronons
-            # up to its last probe), which the learning adds to its record.
-            self.seen = np.full(n, -1.0)
-            if plan.learning is not None:
-                self.seen[plan._prior_exposure <= 0] = np.nan
+            # The updates each feed's probes have dated so far (distinct chronons up to its last probe),
+            # which the learning adds to its record.
             self.dated = np.zeros(n)
 
     def run(self) -> _Outcome:
@@ -685,7 +686,7 @@ class _Run:
         waited = self.weights > 1e-9
         waited[list(chosen)] = False  # the engine's picks are probed already
         picked = np.flatnonzero(waited)
-        last = self.seen[picked]  # arrays, not lists: the allocator works on arrays
+        last = self.last[picked]  # arrays, not lists: the allocator works on arrays
         learning = p.learning
         if learning is None:
             rate = p._ahead[picked, t]
@@ -736,7 +737,9 @@ class _Run:
 
     def _probe(self, r: int, t: int) -> None:
         p, engine = self.p, self.engine
-        a = self.last[r]
+        a = self.last[r].item()
+        if a != a:  # NaN: never fetched; the baseline is the horizon
+            a = -1.0
         times, cum = self.fut.times[r], self.fut.cum[r]
         count = cum[bisect_right(times, t)] - cum[bisect_right(times, a)]
         hidden = self.fut.hidden[r]
@@ -767,7 +770,6 @@ class _Run:
         self.next_hidden[r] = k
         if self.alloc is not None:
             self.dated[r] = bisect_right(times, t)
-            self.seen[r] = t
         for i in p._triggers_on[r]:
             rule = p.rules[i]
             assert isinstance(rule, PlanTrigger)
