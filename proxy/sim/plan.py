@@ -695,9 +695,9 @@ class _Run:
             # found since. A feed with no record had never been fetched: no last success, no exposure.
             probed = ~np.isnan(last)
             level = pooled_rates(
-                (p._prior_updates[picked] + self.dated[picked]).tolist(),
-                (p._prior_exposure[picked] + np.where(probed, last + 1.0, 0.0)).tolist(),
-                learning.strength, learning.z, unseen=np.where(probed, t - last, 0.0).tolist(), fade=learning.fade)
+                p._prior_updates[picked] + self.dated[picked],
+                p._prior_exposure[picked] + np.where(probed, last + 1.0, 0.0),
+                learning.strength, learning.z, unseen=np.where(probed, t - last, 0.0), fade=learning.fade)
             rate = np.asarray(level) * p._ahead[picked, t]
         return alloc.pick(max(spare, 0), t, picked, last, rate, self.weights[picked], window,
                           groups=lambda: list(self.weight_of.values()))
