@@ -144,6 +144,10 @@ def test_proxy_plan_prints_the_documented_lines(runner: CliRunner, sqlite_url: s
     assert LINE_BUDGET.match(lines[1]), lines[1]
     least = LINE_LEAST.match(lines[2])
     assert least, lines[2]
+    # One process per CPU by default; one process plans the same futures to the same figures.
+    alone = runner.invoke(app, [*args, "--jobs", "1"])
+    assert alone.exit_code == 0, alone.output
+    assert alone.stdout == result.stdout
 
     as_json = runner.invoke(app, [*args, "--json"])
     assert as_json.exit_code == 0, as_json.output

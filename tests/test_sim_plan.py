@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -301,3 +302,32 @@ def test_a_replay_is_the_one_future_its_recorded_updates_make() -> None:
     assert (point.completeness, point.ceis) == (1.0, 2.0)
     with pytest.raises(ValueError, match="replay holds 1 feeds' updates; the rates cover 2"):
         Planner([PlanWatch("a", (0,), 0)], rates, replay=[[1]])
+
+
+def test_forked_workers_plan_what_one_process_plans() -> None:
+    def plan(jobs: int) -> Planner:
+        return Planner(_SINGLES, _MIXED, futures=4, seed=3, allocator=background_allocator, jobs=jobs,
+                       learning=PlanLearning.fresh(6, POOL_STRENGTH, OPTIMISM_Z, EVIDENCE_FADE))
+
+    alone, forked = plan(1), plan(3)
+    assert forked.evaluate(1) == alone.evaluate(1)
+    assert forked.least_budget(0.99) == alone.least_budget(0.99)
+    # Each future's outcome, in order (not only their mean).
+    assert plan(3)._outcomes(2) == plan(1)._outcomes(2)
+
+
+def test_forked_workers_run_the_futures_in_other_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.sim.plan as plan_module
+
+    # Each run reports the process it ran in, through its probe count.
+    monkeypatch.setattr(plan_module._Run, "run", lambda self: plan_module._Outcome(0, 1, os.getpid()))
+    planner = Planner(_SINGLES, _MIXED, futures=4, seed=3, jobs=2)
+    pids = {out.probes for out in planner._outcomes(1)}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert plan_module._FORKED is None  # the workers' planner is let go once they are done
+    assert {out.probes for out in Planner(_SINGLES, _MIXED, futures=4, seed=3)._outcomes(1)} == {os.getpid()}
+
+
+def test_jobs_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="jobs must be >= 1, got 0"):
+        Planner(_SINGLES, _MIXED, jobs=0)

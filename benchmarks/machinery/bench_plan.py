@@ -6,9 +6,10 @@ within 10 min), a third ``on: update`` triggers (slack 5 min, one query within
 5 min). Feeds' update models are learnt from one document each of 50 entries
 dated by a Poisson process with rates log-normal around one update per 2 h, a
 third of them office-hours only (so the models are a mix of Poisson and
-seasonal). Measured for the CLI's defaults (horizon 1440, 8 futures) and the
-API's (360, 4): building the inputs (rules and the expected-update grid),
-one evaluation at the budget, and the least-budget search.
+seasonal). Measured for the CLI's defaults (horizon 1440, 8 futures, one
+process per CPU), the same in one process, and the API's (360, 4, one
+process): building the inputs (rules and the expected-update grid), one
+evaluation at the budget, and the least-budget search.
 
 Usage: .venv/bin/python benchmarks/machinery/bench_plan.py [--profiles 1000] [--feeds 300] [--budget 10] [--out docs/plan.md]
 """
@@ -63,13 +64,13 @@ def population(n_profiles: int, n_feeds: int, rng: np.random.Generator) -> tuple
 
 
 def measure(profiles: list[Profile], models: FeedUpdateModels, n_feeds: int, horizon: int, futures: int,
-            budget: int, target: float) -> dict[str, object]:
+            jobs: int, budget: int, target: float) -> dict[str, object]:
     clock = ChrononGrid(NOW, 60.0)
     began = time.perf_counter()
     inputs = plan_inputs(profiles, {f: f for f in range(n_feeds)}, models, clock, 0, horizon)
     t_inputs = time.perf_counter() - began
     began = time.perf_counter()
-    planner = service_planner(inputs, futures=futures, seed=0)
+    planner = service_planner(inputs, futures=futures, seed=0, jobs=jobs)
     t_setup = time.perf_counter() - began
     began = time.perf_counter()
     current = planner.evaluate(budget)
@@ -77,7 +78,7 @@ def measure(profiles: list[Profile], models: FeedUpdateModels, n_feeds: int, hor
     began = time.perf_counter()
     least = planner.least_budget(target, start=budget)
     t_search = time.perf_counter() - began
-    return {"horizon": horizon, "futures": futures, "inputs": t_inputs, "setup": t_setup, "eval": t_eval,
+    return {"horizon": horizon, "futures": futures, "jobs": jobs, "inputs": t_inputs, "setup": t_setup, "eval": t_eval,
             "search": t_search, "current": current, "least": least}
 
 
@@ -90,7 +91,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/plan.md"))
     args = ap.parse_args()
     profiles, models = population(args.profiles, args.feeds, np.random.default_rng(1))
-    rows = [measure(profiles, models, args.feeds, h, s, args.budget, args.target) for h, s in ((1440, 8), (360, 4))]
+    cpus = os.cpu_count() or 1
+    rows = [measure(profiles, models, args.feeds, h, s, j, args.budget, args.target)
+            for h, s, j in ((1440, 8, cpus), (1440, 8, 1), (360, 4, 1))]
     lines = [
         f"Command: `.venv/bin/python benchmarks/machinery/bench_plan.py --profiles {args.profiles} "
         f"--feeds {args.feeds} --budget {args.budget}`  ",
@@ -101,16 +104,16 @@ def main() -> None:
         f"a third `on: update` triggers) over {args.feeds} feeds, 60 s chronons, budget {args.budget}, "
         f"target {args.target}.",
         "",
-        "| horizon | futures | inputs (rules, grid) | evaluate at the budget | least-budget search "
+        "| horizon | futures | processes | inputs (rules, grid) | evaluate at the budget | least-budget search "
         "| budgets tried | completeness at the budget | least budget (completeness) |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cur, least = r["current"], r["least"]
         found = ("none" if least.point is None  # type: ignore[attr-defined]
                  else f"{least.budget} ({least.point.completeness:.3f} ± {least.point.stderr:.3f})")  # type: ignore[attr-defined]
         lines.append(
-            f"| {r['horizon']} | {r['futures']} | {r['inputs']:.2f} s | {r['eval']:.2f} s | {r['search']:.2f} s "
+            f"| {r['horizon']} | {r['futures']} | {r['jobs']} | {r['inputs']:.2f} s | {r['eval']:.2f} s | {r['search']:.2f} s "
             f"| {len(least.evaluated)} | {cur.completeness:.3f} ± {cur.stderr:.3f} | {found} |"  # type: ignore[attr-defined]
         )
     block = "\n".join(lines)

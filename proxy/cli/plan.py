@@ -34,6 +34,9 @@ def register(app: typer.Typer) -> None:
         max_budget: Annotated[
             int | None, typer.Option(min=1, help="Largest budget searched; default: the feeds the rules read.")
         ] = None,
+        jobs: Annotated[
+            int | None, typer.Option(min=1, help="Processes simulating the futures at once; default one per CPU.")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of lines.")] = False,
         database_url: DatabaseUrl = None,
     ) -> None:
@@ -50,6 +53,7 @@ def register(app: typer.Typer) -> None:
         """
         import asyncio
         import json
+        import os
 
         from proxy.errors import ProxyError, SettingsError
         from proxy.settings import load_settings
@@ -72,7 +76,7 @@ def register(app: typer.Typer) -> None:
         from proxy.service.planning import run_plan
 
         report = run_plan(inputs, budget=budget or settings.budget, target=target, policy=chosen_policy,
-                          futures=futures, seed=seed, max_budget=max_budget)
+                          futures=futures, seed=seed, max_budget=max_budget, jobs=jobs or os.cpu_count() or 1)
         if as_json:
             typer.echo(json.dumps(report.to_json(), indent=2))
         else:

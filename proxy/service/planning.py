@@ -252,20 +252,22 @@ def _cron_fires(expr: str, timezone: str, clock: ChrononMapping, start: int, hor
     return tuple(fires)
 
 
-def service_planner(inputs: PlanInputs, *, policy: str = "adm-edf", futures: int = 8, seed: int = 0) -> Planner:
+def service_planner(inputs: PlanInputs, *, policy: str = "adm-edf", futures: int = 8, seed: int = 0,
+                    jobs: int = 1) -> Planner:
     """A planner of ``inputs`` whose background probes are the loop's (``background_allocator``).
 
     With ``inputs.evidence``, the allocation learns the rates from each feed's
     record as the loop does (``PlanLearning`` with the loop's ``POOL_STRENGTH``,
     ``OPTIMISM_Z`` and ``EVIDENCE_FADE``): a feed seen little costs the plan
-    what it costs the service (``docs/plan.md``).
+    what it costs the service (``docs/plan.md``). ``jobs``: worker processes
+    for the futures (``Planner``; the command line's, not the server's).
     """
     learning = None
     if inputs.evidence is not None:
         learning = PlanLearning(tuple(n for n, _ in inputs.evidence), tuple(t for _, t in inputs.evidence),
                                 POOL_STRENGTH, OPTIMISM_Z, EVIDENCE_FADE)
     return Planner(inputs.rules, inputs.rates, policy=policy, futures=futures, seed=seed,
-                   allocator=background_allocator, learning=learning)
+                   allocator=background_allocator, learning=learning, jobs=jobs)
 
 
 def run_plan(
@@ -277,10 +279,11 @@ def run_plan(
     futures: int,
     seed: int,
     max_budget: int | None = None,
+    jobs: int = 1,
 ) -> PlanReport:
     """Expected completeness at ``budget`` and the least budget for ``target`` (CPU-bound: run off the loop)."""
     began = time.perf_counter()
-    planner = service_planner(inputs, policy=policy, futures=futures, seed=seed)
+    planner = service_planner(inputs, policy=policy, futures=futures, seed=seed, jobs=jobs)
     current = planner.evaluate(budget)
     start = min(max(budget, 1), max(planner.max_budget, 1))
     least = planner.least_budget(target, start=start, max_budget=max_budget)

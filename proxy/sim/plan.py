@@ -70,9 +70,12 @@ Pure: rules, rates and a seed in, numbers out. No clock, no I/O, no service.
 from __future__ import annotations
 
 import math
+import multiprocessing
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -327,7 +330,11 @@ class Planner:
     feed's record (:class:`PlanLearning`) instead of being given ``rates``.
     ``replay``: a backtest, each feed's recorded update chronons as the one
     future instead of ``futures`` sampled ones (``rates`` still gives the
-    allocator's rates and the ``overwrite`` lives).
+    allocator's rates and the ``overwrite`` lives). ``jobs``: futures run at
+    once in forked worker processes (each future's run is deterministic, so
+    the answer is the same for any ``jobs``; 1, the default, runs them in this
+    process). For a command-line process: forking a server with threads
+    running is not safe, so the service's API plans with 1.
     """
 
     def __init__(
@@ -343,12 +350,16 @@ class Planner:
         dead_weight: float = DEAD_CEI_WEIGHT,
         learning: PlanLearning | None = None,
         replay: Sequence[Sequence[int]] | None = None,
+        jobs: int = 1,
     ) -> None:
         from proxy.core.policies import get_policy
 
         get_policy(policy)  # an unknown name fails before any work
         if futures < 1:
             raise ValueError(f"futures must be >= 1, got {futures}")
+        if jobs < 1:
+            raise ValueError(f"jobs must be >= 1, got {jobs}")
+        self.jobs = jobs
         self.horizon = rates.chronons if horizon is None else horizon
         if self.horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {self.horizon}")
@@ -457,8 +468,7 @@ class Planner:
         ratios: list[float] = []
         probes: list[int] = []
         resolved: list[int] = []
-        for fut in self._futures:
-            out = _Run(self, fut, budget).run()
+        for out in self._outcomes(budget):
             probes.append(out.probes)
             done = out.captured + out.missed
             resolved.append(done)
@@ -476,6 +486,19 @@ class Planner:
         )
         self._memo[budget] = point
         return point
+
+    def _outcomes(self, budget: int) -> list[_Outcome]:
+        """Each future's run at ``budget``, in order: here, or in ``jobs`` forked workers."""
+        workers = min(self.jobs, len(self._futures))
+        if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return [_Run(self, fut, budget).run() for fut in self._futures]
+        global _FORKED
+        _FORKED = self  # the workers inherit the planner, futures included: nothing is pickled but outcomes
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                return list(pool.map(_run_forked, range(len(self._futures)), repeat(budget)))
+        finally:
+            _FORKED = None
 
     def least_budget(self, target: float, *, start: int = 1, max_budget: int | None = None) -> LeastBudget:
         """The least budget in ``1..max_budget`` whose expected completeness is at least ``target``.
@@ -537,6 +560,16 @@ class Planner:
         best = max(seen, key=lambda p: (p.completeness, -p.budget)) if seen else None
         point = self._memo[budget] if budget is not None else None
         return LeastBudget(target, budget, point, point if point is not None else best, cap, points)
+
+
+_FORKED: Planner | None = None
+"""The planner whose futures forked workers run (``Planner._outcomes``); set only while they do."""
+
+
+def _run_forked(index: int, budget: int) -> _Outcome:
+    """In a forked worker: future ``index`` of the inherited planner at ``budget``."""
+    assert _FORKED is not None, "a plan worker runs only in a process forked by Planner._outcomes"
+    return _Run(_FORKED, _FORKED._futures[index], budget).run()
 
 
 def _sample(rng: np.random.Generator, expected: FloatArray) -> tuple[list[list[int]], list[list[int]]]:
