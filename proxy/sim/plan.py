@@ -64,7 +64,8 @@ Approximations, on purpose (``docs/plan.md``):
   probes never fail or wait for politeness; pings are not modelled (every
   feed is pull-only).
 
-Pure: rules, rates and a seed in, numbers out. No clock, no I/O, no service.
+Pure: rules, rates and a seed in, numbers out. No clock, no I/O, no service
+(``jobs`` > 1 forks workers that compute the same numbers).
 """
 
 from __future__ import annotations
