@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -334,8 +335,8 @@ class Planner:
     allocator's rates and the ``overwrite`` lives). ``jobs``: futures run at
     once in forked worker processes (each future's run is deterministic, so
     the answer is the same for any ``jobs``; 1, the default, runs them in this
-    process). For a command-line process: forking a server with threads
-    running is not safe, so the service's API plans with 1.
+    process; so does a process with other threads running, where forking is
+    not safe: the service's API plans with 1).
     """
 
     def __init__(
@@ -489,9 +490,17 @@ class Planner:
         return point
 
     def _outcomes(self, budget: int) -> list[_Outcome]:
-        """Each future's run at ``budget``, in order: here, or in ``jobs`` forked workers."""
+        """Each future's run at ``budget``, in order: here, or in ``jobs`` forked workers.
+
+        Forked only from a process whose one thread is this one: a fork copies
+        the locks other threads hold, and a worker could wait on them for ever
+        (CPython deprecates forking a threaded process). ``proxy plan`` has no
+        other thread when it plans; a threaded caller gets the same figures
+        from this process.
+        """
         workers = min(self.jobs, len(self._futures))
-        if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        if (workers <= 1 or "fork" not in multiprocessing.get_all_start_methods()
+                or threading.active_count() > 1):
             return [_Run(self, fut, budget).run() for fut in self._futures]
         global _FORKED
         _FORKED = self  # the workers inherit the planner, futures included: nothing is pickled but outcomes
