@@ -238,12 +238,8 @@ class PlanLearning:
     def __post_init__(self) -> None:
         if len(self.updates) != len(self.exposure):
             raise ValueError("updates and exposure must have one value per feed")
-        if any(not (math.isfinite(v) and v >= 0) for v in (*self.updates, *self.exposure)):
-            raise ValueError("updates and exposure must be finite and >= 0")
-        if not (self.strength > 0 and math.isfinite(self.strength)) or not math.isfinite(self.z):
-            raise ValueError(f"strength must be finite and > 0 and z finite (got {self.strength}, {self.z})")
-        if not self.fade > 0:
-            raise ValueError(f"fade must be > 0 (inf: records never fade), got {self.fade}")
+        # Checked now, by the function every run will call, so a bad record fails before any work.
+        pooled_rates(self.updates, self.exposure, self.strength, self.z, fade=self.fade)
 
     @classmethod
     def fresh(cls, feeds: int, strength: float, z: float, fade: float = math.inf) -> PlanLearning:
