@@ -780,7 +780,8 @@ class _Run:
         if a != a:  # NaN: never fetched; the baseline is the horizon
             a = -1.0
         times, cum = self.fut.times[r], self.fut.cum[r]
-        count = cum[bisect_right(times, t)] - cum[bisect_right(times, a)]
+        upto = bisect_right(times, t)  # the updates this probe's document dates
+        count = cum[upto] - cum[bisect_right(times, a)]
         hidden = self.fut.hidden[r]
         k = self.next_hidden[r]
         while k < len(hidden) and hidden[k][0] <= t:
@@ -808,7 +809,7 @@ class _Run:
             # else: found too late, missed; the service would not even open it
         self.next_hidden[r] = k
         if self.alloc is not None:
-            self.dated[r] = bisect_right(times, t)
+            self.dated[r] = upto
         for i in p._triggers_on[r]:
             rule = p.rules[i]
             assert isinstance(rule, PlanTrigger)
