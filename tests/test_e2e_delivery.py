@@ -97,9 +97,13 @@ async def test_a_failing_receiver_that_recovers_gets_every_notification_signed_o
 
         await eventually(all_acknowledged, within=15, what="every notification acknowledged")
 
-        # Every captured CEI up to the snapshot has exactly one delivery, now delivered.
-        rows = {d["msg_id"]: d for d in await deliveries(px)}
-        assert all(rows[m]["state"] == "delivered" for m in snapshot)
+        # Every captured CEI up to the snapshot has exactly one delivery, now delivered (the
+        # receiver's 200 comes before the dispatcher stores it: wait for the rows, not the answers).
+        async def all_delivered() -> dict[str, dict[str, Any]]:
+            rows = {d["msg_id"]: d for d in await deliveries(px)}
+            return rows if all(rows[m]["state"] == "delivered" for m in snapshot) else {}
+
+        rows = await eventually(all_delivered, within=10, what="every acknowledged delivery stored as delivered")
         fired = {c["id"]: c["fired"] for c in (await px.get(
             f"/api/v1/profiles/{pid}/ceis", params={"state": "captured", "limit": 1000})).json()["items"]}
         captured = set(fired)
