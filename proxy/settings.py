@@ -56,6 +56,7 @@ MIN_CHRONON_SECONDS = 0.01
 MIN_TIMEOUT = 0.01  # seconds: shorter timeouts and periods cannot be honoured by the event loop
 HOUR = 3600.0
 DAY = 86400.0
+WEEK = 7 * DAY
 MAX_BUDGET = 100_000
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -127,6 +128,15 @@ class Settings(BaseSettings):
             "feed's next expected update at the end of the window its rules ask, `fbsup` also "
             "re-predicts after a probe that found nothing, `off` leaves the spare budget to the "
             "background allocation alone (measured better: docs/discovery.md)."
+        ),
+    )
+    unwatched_probe_interval_seconds: float = Field(
+        default=HOUR, ge=0, le=WEEK,
+        description=(
+            "How often budget that no rule needs probes a registered feed that no rule reads "
+            "(an OPML import, say): never-probed feeds first, then the stalest, each at most once "
+            "per this many seconds, so their health and update models stay current and a rule "
+            "made later starts from a learnt model. 0: never."
         ),
     )
     allow_private_networks: bool = Field(

@@ -16,7 +16,14 @@ import pytest
 from proxy.farm import FeedFarm
 from proxy.rules import GammaPrior, UpdateModelSettings
 from proxy.service import ProxyService
-from tests.test_e2e_support import Running, e2e_settings, eventually, parse_metrics, running
+from tests.test_e2e_support import (
+    CHRONON,
+    Running,
+    e2e_settings,
+    eventually,
+    parse_metrics,
+    running,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +90,11 @@ async def test_rules_on_feeds_that_never_ping_fire_from_probes(database_url: str
 
 
 async def test_predicted_eis_probe_feeds_that_never_ping_and_stay_internal(database_url: str) -> None:
-    settings = e2e_settings(database_url, budget=2, policy="adm-edf", discovery_predicted="fbsup")
+    # No polling of the feeds before the rule (PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS=0): their first
+    # documents, dated years back by the farm, would tell the models the feeds are dead before the
+    # chains start, and no predicted EI would come due within the test.
+    settings = e2e_settings(database_url, budget=2, policy="adm-edf", discovery_predicted="fbsup",
+                            unwatched_probe_interval_seconds=0)
     # 50 ms chronons squeeze time: a prior of one update every 4 s (80 chronons), worth 20 updates,
     # makes the models expect updates within the test, as a real prior does within real hours.
     fast = UpdateModelSettings(default_prior=GammaPrior(20.0, 80.0))
@@ -221,3 +232,102 @@ async def test_a_change_published_before_a_feeds_first_successful_probe_reaches_
         assert await _ceis(px, pid, "missed") == []
         for name in ("a", "b"):  # captured by the feeds' first probes, the ones that saw the bids
             assert farm.stats(name).requests == 1
+
+
+async def test_feeds_no_rule_reads_are_polled_with_the_budget_rules_leave(database_url: str) -> None:
+    """An OPML import and no rule: the feeds are polled as a reader would, no more often than the interval.
+
+    The budget no rule needs goes to the registered feeds no rule reads, never-probed first:
+    their health shows, and their update models learn from their documents before any rule
+    exists. A feed a rule reads leaves this polling for the rules' own. After a restart the
+    last probes come back from the database: the new process does not poll them all again.
+    """
+    every = 10  # chronons between two probes of a feed no rule reads
+    settings = e2e_settings(database_url, budget=2, policy="adm-edf",
+                            unwatched_probe_interval_seconds=every * CHRONON)
+    names = ["a", "b", "c", "d", "e"]
+    # Entries dated in real time, an hour apart before now: a real feed's first document.
+    farm = FeedFarm(names, prefill=6, epoch=dt.datetime.now(dt.UTC), trace_unit=dt.timedelta(hours=1),
+                    seconds_per_trace_unit=3600.0)
+    async with farm:
+        async with running(settings) as px:
+            loop = px.service.loop
+            first = loop.current
+            assert first is not None
+            outlines = "".join(f'<outline type="rss" text="{n}" xmlUrl="{farm.url(n)}"/>' for n in names)
+            opml = f'<?xml version="1.0"?><opml version="2.0"><head/><body>{outlines}</body></opml>'
+            r = await px.client.post("/api/v1/feeds/opml", content=opml,
+                                     headers={**px.auth, "Content-Type": "text/x-opml"})
+            assert r.status_code == 200, r.text
+            ids = {o["url"]: o["feed_id"] for o in r.json()["outlines"]}
+            assert len(ids) == 5
+
+            async def polled_twice() -> list[dict[str, Any]]:
+                listed: list[dict[str, Any]] = (await px.get("/api/v1/feeds")).json()["items"]
+                done = all(farm.stats(n).requests >= 2 for n in names)
+                return listed if done and all(f["last_probe_at"] for f in listed) else []
+
+            listed = await eventually(polled_twice, what="every imported feed polled twice, with no rule")
+            last = loop.current
+            assert last is not None
+            for n in names:  # never more often than once per `every` chronons
+                assert farm.stats(n).requests <= (last - first) // every + 1, n
+            assert {f["last_outcome"] for f in listed} <= {"ok", "not_modified"}
+            m = parse_metrics((await px.client.get("/metrics")).text)
+            assert m["proxy_unwatched_probes_total"] >= 10
+            assert m.get("proxy_background_probes_total", 0) == 0  # no rule waits for anything
+            # Learnt with no rule: six hourly entries, the five after the oldest are updates.
+            model = (await px.get(f"/api/v1/feeds/{ids[farm.url('a')]}")).json()["update_model"]
+            assert model["updates"] >= 5 and 0.2 < model["rate_per_hour"] < 5
+
+            # A rule reads a and b: their probes are the rules' from now on (background), not these.
+            ab = [str(ids[farm.url("a")]), str(ids[farm.url("b")])]
+            body = {"name": "w", "rules": [{"name": "w", "watch": {"feeds": ab, "within": "1s"}}]}
+            assert (await px.post("/api/v1/profiles", body)).status_code == 201
+            before = parse_metrics((await px.client.get("/metrics")).text)["proxy_unwatched_probes_total"]
+            start = loop.current
+            assert start is not None
+
+            async def background() -> dict[str, float]:
+                m = parse_metrics((await px.client.get("/metrics")).text)
+                return m if m.get("proxy_background_probes_total", 0) >= 6 and loop.current - start >= 3 * every \
+                    else {}
+
+            m = await eventually(background, what="background probes of the watched feeds")
+            end = loop.current
+            assert end is not None
+            # Only c, d and e are left to this polling (a probe decided just before the rule may count).
+            assert m["proxy_unwatched_probes_total"] - before <= 3 * ((end - start) // every + 1) + 2
+            requests = {n: farm.stats(n).requests for n in names}
+
+        # A new process on the same database, the interval now an hour and budget to spare beyond
+        # a and b (the rule's): the last probes are restored, so c, d and e are not due.
+        hourly = e2e_settings(database_url, budget=4, policy="adm-edf", unwatched_probe_interval_seconds=3600)
+        async with running(hourly) as px:
+            loop = px.service.loop
+            begun = loop.current
+            assert begun is not None
+
+            async def ticked() -> int:
+                return 1 if loop.current is not None and loop.current - begun >= 2 * every else 0
+
+            await eventually(ticked, what="twenty chronons of the new process")
+            m = parse_metrics((await px.client.get("/metrics")).text)
+            assert m.get("proxy_unwatched_probes_total", 0) == 0
+            assert {n: farm.stats(n).requests for n in "cde"} == {n: requests[n] for n in "cde"}
+
+            # A rule made now on e, polled long ago: nothing is new to the feed (a conditional
+            # request would answer 304), yet its backfill fires on the newest entry of the backlog.
+            e, c = str(ids[farm.url("e")]), str(ids[farm.url("c")])
+            body = {"name": "late", "rules": [{"name": "bf", "trigger": {"feed": e, "every": "1s", "slack": "1s",
+                                                                         "backfill": 1},
+                                               "query": [{"feed": c, "within": "1s"}]}]}
+            r = await px.post("/api/v1/profiles", body)
+            assert r.status_code == 201, r.text
+            late = r.json()["id"]
+
+            async def backfilled() -> list[dict[str, Any]]:
+                return [x for x in await _ceis(px, late, "captured") if x["fired"]]
+
+            (cei, *_) = await eventually(backfilled, what="the backfill rule fired on the polled feed's backlog")
+            assert [ei["feed"] for ei in cei["eis"]] == [int(e), int(c)]

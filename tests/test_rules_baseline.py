@@ -135,3 +135,53 @@ def test_backfill_is_validated(bad: Any) -> None:
     with pytest.raises(ValidationError) as info:
         ProfileSpec.model_validate(body)
     assert any(err["loc"][-1] == "backfill" for err in info.value.errors()), info.value.errors()
+
+
+def test_the_baseline_reads_the_whole_document_when_an_earlier_probe_saw_the_backlog() -> None:
+    """A feed polled before the rule existed (a poll, another user's rule): nothing is new, the backfill is."""
+    ev = installed(1)
+    assert ev.wants_document(MISH)  # the loop fetches it whole: no 304
+    # Nothing new to the feed since its last probe, 50 chronons before the rule: the document still
+    # holds the backlog, whose newest entry the backfill may fire on.
+    assert ev.on_probe(MISH, SINCE, True, [], previous_success=SINCE - 50, document=[oil(OLD)]) == FIRES
+    assert not ev.wants_document(MISH)
+
+
+def test_without_the_document_an_earlier_probe_leaves_the_backfill_nothing() -> None:
+    ev = installed(1)
+    assert ev.on_probe(MISH, SINCE, True, [], previous_success=SINCE - 50) == CHECKED
+
+
+def test_a_baseline_probe_that_decides_nothing_keeps_the_backfill_for_the_first_check() -> None:
+    ev = installed(1)
+    # In flight when the rule was made, so before its first window: it takes the baseline only.
+    assert ev.on_probe(MISH, SINCE - 1, True, [oil(OLD)], document=[oil(OLD)]) == []
+    assert ev.on_probe(MISH, SINCE, True, [], previous_success=SINCE - 1) == FIRES
+
+
+def test_a_temporal_rules_check_sees_what_other_probes_found_since_its_last_check() -> None:
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, True, []) == CHECKED  # the baseline
+    assert ev.on_tick(SINCE + 5) == [OpenCei("p/0:1", "p", "p/0", ((MISH, SINCE + 5, SINCE + 7),), sealed=False)]
+    # Another rule's probe, between the windows, finds the oil post first...
+    assert ev.on_probe(MISH, SINCE + 3, True, [oil(GRID.start_of(SINCE + 2))], previous_success=SINCE) == []
+    # ...and the rule's own check in the window reads it: new since the rule last looked.
+    assert ev.on_probe(MISH, SINCE + 5, True, [], previous_success=SINCE + 3) == [
+        RevealEi("p/0:1", CNN, SINCE + 5, SINCE + 15, seal=True)]
+    # Read once: the next check finds nothing new.
+    assert ev.on_tick(SINCE + 10) == [
+        OpenCei("p/0:2", "p", "p/0", ((MISH, SINCE + 10, SINCE + 12),), sealed=False)]
+    assert ev.on_probe(MISH, SINCE + 10, True, [], previous_success=SINCE + 5) == [SealCei("p/0:2")]
+
+
+def test_a_check_does_not_read_what_a_later_probe_found() -> None:
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, True, []) == CHECKED
+    ev.on_tick(SINCE + 5)
+    # A probe started after the window [SINCE + 5, SINCE + 7] ends first with the post...
+    assert ev.on_probe(MISH, SINCE + 8, True, [oil(GRID.start_of(SINCE + 8))], previous_success=SINCE) == []
+    # ...the window's own probe, started before it, decides without it.
+    assert ev.on_probe(MISH, SINCE + 6, True, [], previous_success=SINCE) == [SealCei("p/0:1")]
+    ev.on_tick(SINCE + 10)
+    assert ev.on_probe(MISH, SINCE + 10, True, [], previous_success=SINCE + 8) == [
+        RevealEi("p/0:2", CNN, SINCE + 10, SINCE + 20, seal=True)]

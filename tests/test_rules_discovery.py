@@ -299,6 +299,26 @@ def test_update_watchers_count_the_rules_waiting_for_each_feeds_next_update() ->
     assert ev.update_window() is None
 
 
+def test_reads_names_every_feed_a_rule_triggers_on_watches_or_queries_while_the_rule_lasts() -> None:
+    """The loop's unwatched probes go only to feeds no rule reads: a query feed is read too."""
+    ev = TriggerEvaluator(GRID)
+    assert not any(ev.reads(r) for r in (A, B, MISH, CNN))
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS)
+    assert [ev.reads(r) for r in (A, B, MISH, CNN)] == [False, False, True, True]
+    ev.add_profile("q", ProfileSpec.model_validate({"name": "q", "rules": [
+        {"name": "w", "watch": {"feeds": ["A", "FEED_CNN"], "within": "3m"}}]}), FEEDS)
+    assert [ev.reads(r) for r in (A, B, MISH, CNN)] == [True, False, True, True]
+    ev.on_notification(A, 2)  # A is in q's current CEI: no rule waits for it, but q still reads it
+    assert A not in ev.update_watchers() and ev.reads(A)
+    ev.remove_profile("p")  # CNN is still q's
+    assert [ev.reads(r) for r in (A, B, MISH, CNN)] == [True, False, False, True]
+    ev.replace_profile("q", ProfileSpec.model_validate({"name": "q", "rules": [
+        {"name": "w", "watch": {"feeds": ["B", "FEED_CNN"], "within": "3m"}}]}), FEEDS)
+    assert [ev.reads(r) for r in (A, B, MISH, CNN)] == [False, True, False, True]
+    ev.remove_profile("q")
+    assert not any(ev.reads(r) for r in (A, B, MISH, CNN))
+
+
 def test_update_weights_spread_each_rules_worth_over_the_feeds_it_still_waits_for() -> None:
     """What the background allocation weighs: a CEI needs every remaining find, a missed one counts a quarter."""
     from proxy.core.discovery import DEAD_CEI_WEIGHT

@@ -518,6 +518,10 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
         "per_host_concurrency": 512, "per_host_min_delay_seconds": 0.0,
         # One log line per probe would cost more CPU than the probe.
         "log_level": "WARNING",
+        # No probe between the feeds' registration and the rules' (the polling of feeds no rule
+        # reads would fetch documents before their history is in place); in the run every feed
+        # is read and the background's fill spends every probe, so it would never run anyway.
+        "unwatched_probe_interval_seconds": 0.0,
     }
     settings = load_settings(**values)
     env = {env_name(key): str(v).lower() if isinstance(v, bool) else str(v) for key, v in values.items()}

@@ -193,6 +193,9 @@ class _TriggerState:
     open: dict[str, tuple[int, int]] = field(default_factory=dict)  # cei id -> trigger EI window
     since: int | None = None  # the chronon the rule was installed in (None: unknown, no bound)
     baselined: bool = True  # False until the first successful probe of the feed after install
+    # What probes between two checks of a temporal rule found new (its baseline's picks, then new
+    # entries), for the next check; in memory only, the newest CARRY_MAX.
+    carry: list[tuple[int, _Prepared]] = field(default_factory=list)  # (probe's start chronon, entry)
 
 
 @dataclass(slots=True)
@@ -206,6 +209,20 @@ class _WatchState:
 
 
 _Rule = _TriggerRule | _WatchRule
+
+CARRY_MAX = 200
+"""Entries a temporal trigger rule keeps between two checks (``_TriggerState.carry``): the
+newest, so a feed that publishes hundreds between checks costs bounded memory per rule."""
+
+
+def _carry(state: _TriggerState, started: int, entries: list[_Prepared]) -> None:
+    """Keep ``entries``, found new by a probe started at ``started`` that decided nothing, for the rule's next check.
+
+    A check reads those of probes that started by its own probe's start (probes may end out of order).
+    """
+    state.carry.extend((started, e) for e in entries)
+    if len(state.carry) > CARRY_MAX:
+        del state.carry[:-CARRY_MAX]
 
 # --------------------------------------------------------------------------- the evaluator
 
@@ -240,6 +257,7 @@ class TriggerEvaluator:
         self._trigger_state: dict[str, _TriggerState] = {}
         self._watch_state: dict[str, _WatchState] = {}
         self._by_resource: dict[int, list[str]] = {}  # feed -> rules that trigger/watch it
+        self._readers: dict[int, int] = {}  # feed -> rules that trigger on, watch or query it
         self._open_index: dict[str, str] = {}  # open CEI id -> rule id
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
         self._dirty: set[str] = set()
@@ -325,6 +343,7 @@ class TriggerEvaluator:
                 listed.remove(rule_id)
                 if not listed:
                     del self._by_resource[r]
+            self._count_readers(rule, -1)
             if isinstance(rule, _TriggerRule):
                 if rule.mode == "notify":
                     self._wait(feeds, -1)
@@ -401,6 +420,7 @@ class TriggerEvaluator:
                 feeds = rule.resources
             for r in feeds:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
+            self._count_readers(rule, +1)
             if _waits_for_updates(rule):
                 self._wait(feeds, +1)
                 w = _update_window(rule)
@@ -410,6 +430,38 @@ class TriggerEvaluator:
 
     def profile_ids(self) -> list[str]:
         return list(self._profiles)
+
+    def wants_document(self, resource: int) -> bool:
+        """Whether the next probe of ``resource`` should fetch its whole document, not a 304.
+
+        True while a trigger rule on it waits for its baseline: the baseline
+        comes from the document (:meth:`on_probe`), and a feed an earlier probe
+        saw would answer a conditional request with a 304, which holds no
+        entries. A few whole fetches per rule made, none after.
+        """
+        for rule_id in self._by_resource.get(resource, ()):
+            state = self._trigger_state.get(rule_id)
+            if state is not None and not state.baselined:
+                return True
+        return False
+
+    def reads(self, resource: int) -> bool:
+        """Whether some rule triggers on, watches or queries ``resource``: its probes are the rules'.
+
+        The loop leaves the feeds no rule reads to the budget no rule needs
+        (``PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS``).
+        """
+        return resource in self._readers
+
+    def _count_readers(self, rule: _Rule, delta: int) -> None:
+        feeds = ((rule.resource, *(q.resource for q in rule.queries)) if isinstance(rule, _TriggerRule)
+                 else rule.resources)
+        for r in feeds:
+            left = self._readers.get(r, 0) + delta
+            if left > 0:
+                self._readers[r] = left
+            else:
+                self._readers.pop(r, None)
 
     def update_watchers(self) -> Mapping[int, int]:
         """Feeds whose next update some rule waits for, and how many rules wait for it.
@@ -617,6 +669,7 @@ class TriggerEvaluator:
         new_entries: Sequence[EntryLike],
         *,
         previous_success: int | None = None,
+        document: Sequence[EntryLike] | None = None,
     ) -> list[Op]:
         """A probe of ``resource`` that started at ``started_chronon`` finished.
 
@@ -648,6 +701,20 @@ class TriggerEvaluator:
            the last one seals the CEI; else the CEI is sealed at rank 1.
            ``every_nth`` counts the matching new entries of every successful
            probe of the feed, in or out of a window.
+
+        A temporal (``every``/``cron``) trigger rule's check reads what is new
+        since its previous check: what probes in between found new (for
+        another rule, or a poll of the feed) is kept for it (``CARRY_MAX`` at
+        most, in memory: a restart forgets it), with its baseline's picks when
+        the baseline probe decided nothing. An ``on: update`` rule decides at
+        the probe that found the update, as before.
+
+        ``document``: every entry the probe's document holds (a 200; None for a
+        304 or when unknown). A trigger rule's baseline reads it rather than
+        ``new_entries``: an earlier probe (another rule's, a poll of the feed
+        before the rule was made) may have seen the entries published before
+        the rule, which its ``backfill`` may fire on. :meth:`wants_document`
+        says when a probe should fetch the document whole.
         """
         if not success:
             return []
@@ -670,17 +737,28 @@ class TriggerEvaluator:
             baseline: list[_Prepared] | None = None
             if not state.baselined:
                 # Issue 23: this probe sets the rule's baseline; the backlog does not fire it.
-                baseline = [_Prepared(e) for e in self._after_baseline(rule, state, new_entries)]
+                seen = new_entries if document is None else document
+                baseline = [_Prepared(e) for e in self._after_baseline(rule, state, seen)]
                 state.baselined = True
                 self._dirty.add(rule_id)
             due = [c for c, (s, f) in state.open.items() if s <= started_chronon <= f]
             counting = rule.condition is not None and rule.condition.every_nth is not None
             if not due and not counting:
-                continue  # nothing to decide: spare the matching
+                # Nothing to decide: spare the matching. A temporal rule's next check still
+                # sees what this probe found new (another rule's probe, or a poll, took it first).
+                if rule.mode != "notify" and (baseline or new_entries):
+                    if baseline is None and prepared is None:
+                        prepared = [_Prepared(e) for e in new_entries]
+                    _carry(state, started_chronon, baseline if baseline is not None else prepared or [])
+                continue
             if baseline is None and prepared is None:
                 prepared = [_Prepared(e) for e in new_entries]
             entries = baseline if baseline is not None else prepared
             assert entries is not None
+            if state.carry:  # what probes that started by now found since the last check
+                kept = [(t, e) for t, e in state.carry if t > started_chronon]
+                entries = [e for t, e in state.carry if t <= started_chronon] + entries
+                state.carry = kept
             fired = self._condition_holds(rule, state, entries)
             for cei_id in due:
                 del state.open[cei_id]

@@ -44,6 +44,9 @@ class FeedSlot:
     """The chronon of the feed's last successful probe: new entries found later changed after it."""
     last_success_at: float | None = None
     """When that probe started (POSIX seconds), for the update model."""
+    last_probe: int | None = None
+    """The chronon the feed's last probe started in, whatever its outcome (None: never probed):
+    how stale a feed no rule reads is (``ChrononLoop``'s unwatched probes)."""
     mean_rate: float = 0.0
     """Updates per second the model expects over the last week, refreshed at each probe, at
     each ping the model learns from, and after a restart."""

@@ -12,7 +12,9 @@ Per chronon ``t`` (design.md, "The data flow of one chronon"):
    the budget it leaves goes first to the proxy's predicted EIs when they are on
    (``proxy.service.predicted``: SUP/fbSUP, ``PROXY_DISCOVERY_PREDICTED``), then to
    background probes of feeds whose updates rules wait for
-   (``proxy.core.discovery``: most feeds never ping);
+   (``proxy.core.discovery``: most feeds never ping), and what is still left to
+   the registered feeds no rule reads, stalest first, each at most once per
+   ``PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS`` (a reader's polling);
 4. each selected feed: ``engine.begin_probe``, then a task fetches it. The loop
    does not wait for it: the next chronon's decision happens on time.
 
@@ -34,7 +36,10 @@ again next chronon), or wait for probes before deciding.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -129,6 +134,13 @@ Feeds never probed still come first in the work-conserving fill, and the optimis
 back a feed seen little."""
 
 
+def unwatched_chronons(interval_seconds: float, chronon_seconds: float) -> int:
+    """``PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS`` in whole chronons, rounded up (0: off; at least 1 otherwise)."""
+    if interval_seconds <= 0:
+        return 0
+    return max(1, math.ceil(interval_seconds / chronon_seconds - 1e-9))
+
+
 def background_allocator() -> CaptureExplore:
     """A fresh allocator of the spare budget as the loop runs it (the loop's and ``proxy plan``'s)."""
     return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT,
@@ -170,6 +182,8 @@ class ChrononLoop:
     _known: NothingKnown = field(default_factory=NothingKnown)
     #: Paper 002's predicted EIs (SUP/fbSUP) for watched feeds that do not ping; None: off.
     predicted: PredictedProbes | None = None
+    #: Chronons between two probes of a feed no rule reads, with budget no rule needs (0: none).
+    unwatched_every: int = 0
     #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
     _allocator: CaptureExplore = field(default_factory=background_allocator)
 
@@ -252,12 +266,16 @@ class ChrononLoop:
         taken.update(predicted)
         background = self._background(budget - len(chosen), t, taken)
         chosen += background
+        taken.update(background)
+        unwatched = self._unwatched(budget - len(chosen), t, taken)
+        chosen += unwatched
         if chosen:  # the decision itself, for `proxy demo` and debugging (debug: one line a chronon)
             log.debug("selected", chronon=t, budget=budget,
                       feeds=[rt.feeds.by_resource[r].id for r in chosen])
         for r in chosen:
             slot = rt.feeds.by_resource[r]
             rt.engine.begin_probe(r)
+            slot.last_probe = t
             self._busy.add(r)
             task = asyncio.create_task(self._probe(slot, t, now), name=f"probe-{slot.id}")
             self._tasks.add(task)
@@ -277,6 +295,7 @@ class ChrononLoop:
         m.budget_used_total.inc(len(chosen))
         m.background_total.inc(len(background))
         m.predicted_total.inc(len(predicted))
+        m.unwatched_total.inc(len(unwatched))
         m.budget_offered_total.inc(self.budget)
         m.show_ceis({state.value: n for state, n in rt.engine.counts().items()})
         self.last_tick = time.monotonic()
@@ -359,6 +378,35 @@ class ChrononLoop:
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape,
                                     groups=evaluator.update_groups)
 
+    def _unwatched(self, spare: int, t: int, exclude: set[int]) -> list[int]:
+        """Budget no rule needs, to the registered feeds no rule reads: never probed first, then the stalest.
+
+        What a feed reader does with every subscription, and what the proxy did
+        not: a feed registered (an OPML import, say) but read by no rule yet is
+        probed at most once per ``unwatched_every`` chronons, so its health
+        (``GET /api/v1/feeds``) shows whether it works and its update model
+        learns from its documents before a rule needs it. Only what the engine,
+        the predicted EIs and the background left: while any rule waits for a
+        feed the background's fill spends every probe, so these feeds take
+        nothing from the rules. Ties by resource id. O(feeds), and only in a
+        chronon with budget to spare.
+        """
+        if spare <= 0 or self.unwatched_every <= 0:
+            return []
+        rt = self.runtime
+        reads = rt.evaluator.reads
+        due = t - self.unwatched_every
+        stale: list[tuple[float, int]] = []
+        for r, slot in rt.feeds.by_resource.items():
+            at = slot.last_probe
+            if (at is None or at <= due) and r not in exclude and not reads(r):
+                stale.append((-math.inf if at is None else float(at), r))
+        if len(stale) > spare:
+            stale = heapq.nsmallest(spare, stale)
+        else:
+            stale.sort()
+        return [r for _, r in stale]
+
     def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
                started_at: dt.datetime) -> None:
         """What a successful probe says about when the feed changes (its update model).
@@ -395,7 +443,11 @@ class ChrononLoop:
         new: tuple[Entry, ...] = ()
         known_failed = False
         try:
-            result = await self.fetcher.probe(slot.state(), self._known, now=started_at)
+            state = slot.state()
+            if self.runtime.evaluator.wants_document(slot.resource):
+                # A rule's backfill reads the whole document: no validators, so no 304.
+                state = dataclasses.replace(state, etag=None, last_modified=None)
+            result = await self.fetcher.probe(state, self._known, now=started_at)
             if isinstance(result, Ok) and result.entries:
                 # Entries of this feed's probes still waiting for the writer are not new, though
                 # the database does not have them yet; read before the database, so an entry
@@ -438,7 +490,8 @@ class ChrononLoop:
         # The rules engineer's order: on_probe first, so a trigger CEI gets its query
         # EIs before the capture could complete it at rank 1.
         steps = rt.apply(rt.evaluator.on_probe(
-            r, started, success, new, previous_success=slot.last_success))
+            r, started, success, new, previous_success=slot.last_success,
+            document=result.entries if isinstance(result, Ok) else None))
         if success:
             baseline = slot.last_success is None  # the first success: its entries are the backlog
             slot.last_success = started

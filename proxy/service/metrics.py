@@ -78,6 +78,10 @@ class ServiceMetrics:
             "proxy_predicted_probes",
             "Probes started for the proxy's own predicted EIs (SUP/fbSUP, PROXY_DISCOVERY_PREDICTED); "
             "not counted in proxy_background_probes_total.", registry=r)
+        self.unwatched_total = Counter(
+            "proxy_unwatched_probes",
+            "Probes started with budget no rule needed, of registered feeds no rule reads "
+            "(PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS).", registry=r)
         self.update_models = Gauge(
             "proxy_update_models", "Feeds by the kind of update model learnt for them.", ["kind"],
             registry=r)

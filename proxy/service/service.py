@@ -99,7 +99,7 @@ from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
-from proxy.service.loop import ChrononLoop
+from proxy.service.loop import ChrononLoop, unwatched_chronons
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.planning import PlanInputs, PlanReport, plan_inputs, run_plan
 from proxy.service.predicted import Predicted, predicted_probes
@@ -466,6 +466,8 @@ class ProxyService:
             log.info("unregistered_feeds_deleted", feeds=collected)
         for feed in await store.list_feeds():
             slot = runtime.feeds.put(feed)
+            if feed.last_probe_at is not None:
+                slot.last_probe = clock.chronon_at(feed.last_probe_at)
             if feed.last_outcome in SUCCESS_OUTCOMES and feed.last_probe_at is not None:
                 # When the last probe before the restart succeeded, it bounds the next change
                 # from below (the chronon it finished in: at most the one it counted for).
@@ -522,6 +524,7 @@ class ProxyService:
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
             predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
+            unwatched_every=unwatched_chronons(s.unwatched_probe_interval_seconds, s.chronon_seconds),
         )
         self._runtime, self._writer = runtime, writer
         if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
