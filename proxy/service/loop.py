@@ -134,13 +134,6 @@ Feeds never probed still come first in the work-conserving fill, and the optimis
 back a feed seen little."""
 
 
-def unwatched_chronons(interval_seconds: float, chronon_seconds: float) -> int:
-    """``PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS`` in whole chronons, rounded up (0: off; at least 1 otherwise)."""
-    if interval_seconds <= 0:
-        return 0
-    return max(1, math.ceil(interval_seconds / chronon_seconds - 1e-9))
-
-
 def background_allocator() -> CaptureExplore:
     """A fresh allocator of the spare budget as the loop runs it (the loop's and ``proxy plan``'s)."""
     return CaptureExplore(epsilon=EXPLORE_SHARE, level_exponent=LEVEL_EXPONENT,

@@ -99,7 +99,7 @@ from proxy.service.changes import CHANNEL, Change, ChangeListener
 from proxy.service.clock import ChrononClock
 from proxy.service.dispatch import Dispatcher, RetryPolicy
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming, holder_id
-from proxy.service.loop import ChrononLoop, unwatched_chronons
+from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.planning import PlanInputs, PlanReport, plan_inputs, run_plan
 from proxy.service.predicted import Predicted, predicted_probes
@@ -524,7 +524,9 @@ class ProxyService:
             budget=s.budget, policy=get_policy(s.policy),
             guard=leader.holds if leader is not None else None,
             predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
-            unwatched_every=unwatched_chronons(s.unwatched_probe_interval_seconds, s.chronon_seconds),
+            # 0 stays off; any other interval is at least a chronon.
+            unwatched_every=(max(1, clock.chronons_for(s.unwatched_probe_interval_seconds))
+                             if s.unwatched_probe_interval_seconds > 0 else 0),
         )
         self._runtime, self._writer = runtime, writer
         if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
