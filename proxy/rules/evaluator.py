@@ -456,12 +456,7 @@ class TriggerEvaluator:
     def _count_readers(self, rule: _Rule, delta: int) -> None:
         feeds = ((rule.resource, *(q.resource for q in rule.queries)) if isinstance(rule, _TriggerRule)
                  else rule.resources)
-        for r in feeds:
-            left = self._readers.get(r, 0) + delta
-            if left > 0:
-                self._readers[r] = left
-            else:
-                self._readers.pop(r, None)
+        _count(self._readers, feeds, delta)
 
     def update_watchers(self) -> Mapping[int, int]:
         """Feeds whose next update some rule waits for, and how many rules wait for it.
@@ -541,12 +536,7 @@ class TriggerEvaluator:
         return min(self._wait_windows) if self._wait_windows else None
 
     def _wait(self, resources: Iterable[int], delta: int) -> None:
-        for r in resources:
-            n = self._watchers.get(r, 0) + delta
-            if n > 0:
-                self._watchers[r] = n
-            else:
-                self._watchers.pop(r, None)
+        _count(self._watchers, resources, delta)
 
     def rule_ids(self, profile_id: str) -> list[str]:
         return list(self._profiles[profile_id])
@@ -1132,6 +1122,16 @@ class TriggerEvaluator:
             self._wait(rule.resources, +1)
         self._reweigh(rule.rule_id, rule)
         return ops
+
+
+def _count(counts: dict[int, int], keys: Iterable[int], delta: int) -> None:
+    """Add ``delta`` to each key's count in ``counts``; a count that reaches 0 leaves the dict."""
+    for k in keys:
+        n = counts.get(k, 0) + delta
+        if n > 0:
+            counts[k] = n
+        else:
+            counts.pop(k, None)
 
 
 def _waits_for_updates(rule: _Rule) -> bool:
