@@ -7,9 +7,11 @@ and an HTTP client, like a browser, sends it back only over HTTPS.
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,6 +57,28 @@ class Browser:
 
     def api(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
+
+
+async def test_the_feed_page_shows_the_update_model_as_the_api_does(web: Any) -> None:
+    service, b = web
+    alice = b["alice"]
+    await alice.sign_in()
+    fid = (await alice.client.post("/api/v1/feeds", json={"url": "http://127.0.0.1:9/hourly.xml"},
+                                   headers=alice.api())).json()["id"]
+    now = time.time()
+
+    def learn() -> None:  # what a probe's document teaches, on the loop's thread as the loop does
+        rt = service.runtime
+        hourly = [dt.datetime.fromtimestamp(now - 3600 * k, dt.UTC) for k in range(12)]
+        rt.models.observe_document(rt.feeds.by_id[fid].resource, now, hourly)
+
+    await service.host.call(learn)
+    api = (await alice.client.get(f"/api/v1/feeds/{fid}", headers=alice.api())).json()["update_model"]
+    assert api["updates"] >= 11 and api["next_expected_at"] is not None
+    expected = dt.datetime.fromisoformat(api["next_expected_at"].replace("Z", "+00:00"))
+    page = " ".join((await alice.get(f"/feeds/{fid}")).text.split())
+    assert f"Update model: {api['kind']}, {api['rate_per_hour']:.2f} updates per hour;" in page
+    assert f"next update expected about {expected:%Y-%m-%d %H:%M} UTC." in page
 
 
 def _csrf(page: str) -> str:

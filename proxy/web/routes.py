@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import secrets
 from pathlib import Path
 from typing import Any, Literal
@@ -426,8 +427,12 @@ class WebUi:
         shared, own = registered.feed.url, registered.registration.url
         history = [{"p": p, "error": (p.error or "").replace(shared, own)} for p in probes]
         why = explain(registered.feed, probes[0] if probes else None, dt.datetime.now(dt.UTC))
+        model = await service.update_model(feed_id)
+        expected = None  # as GET /api/v1/feeds/{id} says it (next_expected_at)
+        if model is not None and math.isfinite(model.next_expected):
+            expected = dt.datetime.fromtimestamp(model.next_expected, dt.UTC)
         return self._page(request, "feed.html", session, r=registered, history=history,
-                          why=why.replace(shared, own), model=await service.update_model(feed_id))
+                          why=why.replace(shared, own), model=model, expected=expected)
 
     async def import_feeds(self, request: Request) -> Response:
         posted = await self._posted(request)
