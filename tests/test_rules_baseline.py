@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.rules import OpenCei, ProfileSpec, RevealEi, SealCei, TriggerEvaluator
+from proxy.rules.evaluator import CARRY_MAX, RuleStateError
 from tests.test_rules_evaluator import CNN, FEEDS, GRID, MISH, Entry, trigger_body
 
 SINCE = 100
@@ -185,3 +186,69 @@ def test_a_check_does_not_read_what_a_later_probe_found() -> None:
     ev.on_tick(SINCE + 10)
     assert ev.on_probe(MISH, SINCE + 10, True, [], previous_success=SINCE + 8) == [
         RevealEi("p/0:2", CNN, SINCE + 10, SINCE + 20, seal=True)]
+
+
+def test_what_other_probes_found_survives_a_restart() -> None:
+    """The carry is part of the rule's state: a restart between two checks loses no match."""
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, True, []) == CHECKED
+    ev.on_tick(SINCE + 5)
+    ev.take_dirty()
+    assert ev.on_probe(MISH, SINCE + 3, True, [oil(GRID.start_of(SINCE + 2))], previous_success=SINCE) == []
+    assert ev.take_dirty() == ["p/0"]  # the match must be stored before the next check
+    saved = ev.snapshot_state("p/0")
+    assert saved["carry"] == [SINCE + 3]
+    again = TriggerEvaluator(GRID)
+    again.add_profile("p", ProfileSpec.model_validate(trigger_body(
+        {"feed": "FEED_MISH", "every": "5m", "slack": "2m", "when": {"contains": ["oil"]}})), FEEDS)
+    again.restore_state("p/0", saved)
+    assert again.on_probe(MISH, SINCE + 5, True, [], previous_success=SINCE + 3) == [
+        RevealEi("p/0:1", CNN, SINCE + 5, SINCE + 15, seal=True)]
+    assert again.snapshot_state("p/0")["carry"] == []
+
+
+def test_entries_that_do_not_meet_the_condition_are_not_carried() -> None:
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, True, []) == CHECKED
+    ev.on_tick(SINCE + 5)
+    ev.take_dirty()
+    markets = Entry(title="markets", published=GRID.start_of(SINCE + 2))
+    assert ev.on_probe(MISH, SINCE + 3, True, [markets], previous_success=SINCE) == []
+    assert ev.take_dirty() == [] and ev.snapshot_state("p/0")["carry"] == []
+    assert ev.on_probe(MISH, SINCE + 5, True, [], previous_success=SINCE + 3) == [SealCei("p/0:1")]
+
+
+def test_the_carry_keeps_its_oldest_probe_and_the_newest() -> None:
+    ev = installed()
+    assert ev.on_probe(MISH, SINCE, True, []) == CHECKED
+    ev.on_tick(SINCE + 5)
+    # The check's window is [SINCE + 5, SINCE + 7]; probes started later keep finding posts
+    # while its own probe is still in flight (a slow feed), more than the carry holds.
+    for t in range(SINCE + 8, SINCE + 8 + CARRY_MAX + 5):
+        assert ev.on_probe(MISH, t, True, [oil(GRID.start_of(t))], previous_success=t - 1) == []
+        assert ev.on_probe(MISH, t, True, [oil(GRID.start_of(t))], previous_success=t - 1) == []  # same chronon
+    carry = ev.snapshot_state("p/0")["carry"]
+    assert len(carry) == CARRY_MAX
+    assert carry[0] == SINCE + 8 and carry[-1] == SINCE + 8 + CARRY_MAX + 4
+    assert carry[1:] == list(range(SINCE + 14, SINCE + 8 + CARRY_MAX + 5))  # the second oldest went
+    assert ev.on_probe(MISH, SINCE + 6, True, [], previous_success=SINCE) == [SealCei("p/0:1")]
+    ev.on_tick(SINCE + 10)
+    # The next check reads only the probes that started by its start.
+    assert ev.on_probe(MISH, SINCE + 10, True, [], previous_success=SINCE + 9) == [
+        RevealEi("p/0:2", CNN, SINCE + 10, SINCE + 20, seal=True)]
+    assert ev.snapshot_state("p/0")["carry"] == [t for t in carry if t > SINCE + 10]
+
+
+def test_a_state_saved_before_the_carry_was_persisted_restores_with_none() -> None:
+    ev = installed()
+    saved = {k: v for k, v in ev.snapshot_state("p/0").items() if k != "carry"}
+    ev.restore_state("p/0", saved)
+    assert ev.snapshot_state("p/0")["carry"] == []
+
+
+@pytest.mark.parametrize("bad", [5, [3, 2], [1, 1], ["x"], list(range(CARRY_MAX + 1))])
+def test_a_malformed_carry_is_refused_and_names_the_rule(bad: Any) -> None:
+    ev = installed()
+    saved = ev.snapshot_state("p/0") | {"carry": bad}
+    with pytest.raises(RuleStateError, match="rule 'p/0': malformed state"):
+        ev.restore_state("p/0", saved)

@@ -48,6 +48,7 @@ telling users (the service's outbox).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
@@ -193,9 +194,10 @@ class _TriggerState:
     open: dict[str, tuple[int, int]] = field(default_factory=dict)  # cei id -> trigger EI window
     since: int | None = None  # the chronon the rule was installed in (None: unknown, no bound)
     baselined: bool = True  # False until the first successful probe of the feed after install
-    # What probes between two checks of a temporal rule found new (its baseline's picks, then new
-    # entries), for the next check; in memory only, the newest CARRY_MAX.
-    carry: list[tuple[int, _Prepared]] = field(default_factory=list)  # (probe's start chronon, entry)
+    # Temporal rules: the start chronons (ascending, distinct) of the probes since the rule's last
+    # check that found an entry meeting its condition (its baseline's picks, then new entries),
+    # for the next check. Persisted with the state; at most CARRY_MAX.
+    carry: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -210,19 +212,20 @@ class _WatchState:
 
 _Rule = _TriggerRule | _WatchRule
 
-CARRY_MAX = 200
-"""Entries a temporal trigger rule keeps between two checks (``_TriggerState.carry``): the
-newest, so a feed that publishes hundreds between checks costs bounded memory per rule."""
+CARRY_MAX = 64
+"""Probes a temporal trigger rule remembers between two checks (``_TriggerState.carry``). A
+check fires on any of those that started by its own start, so only probes that started
+after the check's start and ended before it need more than the oldest: when more than
+this many are kept, the second oldest goes (the oldest still fires the next check)."""
 
 
-def _carry(state: _TriggerState, started: int, entries: list[_Prepared]) -> None:
-    """Keep ``entries``, found new by a probe started at ``started`` that decided nothing, for the rule's next check.
-
-    A check reads those of probes that started by its own probe's start (probes may end out of order).
-    """
-    state.carry.extend((started, e) for e in entries)
+def _carry(state: _TriggerState, started: int) -> None:
+    """Remember that a probe started at ``started`` (not yet remembered) found an entry meeting
+    the rule's condition. A check reads those of probes that started by its own probe's start
+    (probes may end out of order)."""
+    bisect.insort(state.carry, started)
     if len(state.carry) > CARRY_MAX:
-        del state.carry[:-CARRY_MAX]
+        del state.carry[1]
 
 # --------------------------------------------------------------------------- the evaluator
 
@@ -694,9 +697,10 @@ class TriggerEvaluator:
 
         A temporal (``every``/``cron``) trigger rule's check reads what is new
         since its previous check: what probes in between found new (for
-        another rule, or a poll of the feed) is kept for it (``CARRY_MAX`` at
-        most, in memory: a restart forgets it), with its baseline's picks when
-        the baseline probe decided nothing. An ``on: update`` rule decides at
+        another rule, or a poll of the feed) counts for it: the probes whose
+        new entries met its condition are remembered (``CARRY_MAX``) and
+        persisted with its state, with its baseline's picks when the baseline
+        probe decided nothing. An ``on: update`` rule decides at
         the probe that found the update, as before.
 
         ``document``: every entry the probe's document holds (a 200; None for a
@@ -734,22 +738,30 @@ class TriggerEvaluator:
             due = [c for c, (s, f) in state.open.items() if s <= started_chronon <= f]
             counting = rule.condition is not None and rule.condition.every_nth is not None
             if not due and not counting:
-                # Nothing to decide: spare the matching. A temporal rule's next check still
-                # sees what this probe found new (another rule's probe, or a poll, took it first).
+                # Nothing to decide. A temporal rule's next check still sees what this probe
+                # found new (another rule's probe, or a poll, took it first): remember whether
+                # it met the condition, not the entries.
                 if rule.mode != "notify" and (baseline or new_entries):
                     if baseline is None and prepared is None:
                         prepared = [_Prepared(e) for e in new_entries]
-                    _carry(state, started_chronon, baseline if baseline is not None else prepared or [])
+                    found = baseline if baseline is not None else prepared or []
+                    if started_chronon not in state.carry and self._condition_holds(rule, state, found):
+                        _carry(state, started_chronon)
+                        self._dirty.add(rule_id)
                 continue
             if baseline is None and prepared is None:
                 prepared = [_Prepared(e) for e in new_entries]
             entries = baseline if baseline is not None else prepared
             assert entries is not None
-            if state.carry:  # what probes that started by now found since the last check
-                kept = [(t, e) for t, e in state.carry if t > started_chronon]
-                entries = [e for t, e in state.carry if t <= started_chronon] + entries
-                state.carry = kept
-            fired = self._condition_holds(rule, state, entries)
+            carried = False
+            if state.carry:  # probes that started by now found something since the last check
+                kept = bisect.bisect_right(state.carry, started_chronon)
+                carried = kept > 0
+                if carried:
+                    del state.carry[:kept]
+                    self._dirty.add(rule_id)
+            # A carried match fires the rule; counting rules carry nothing (they count every probe).
+            fired = carried or self._condition_holds(rule, state, entries)
             for cei_id in due:
                 del state.open[cei_id]
                 self._open_index.pop(cei_id, None)
@@ -896,6 +908,7 @@ class TriggerEvaluator:
                 "open": [[cei, s, f] for cei, (s, f) in ts.open.items()],
                 "since": ts.since,
                 "baselined": ts.baselined,
+                "carry": list(ts.carry),
             }
         ws = self._watch_state[rule_id]
         return {
@@ -931,6 +944,8 @@ class TriggerEvaluator:
                     # States saved before issue 23 have neither: no bound, baseline taken.
                     since=_opt_int(data.get("since")),
                     baselined=bool(data.get("baselined", True)),
+                    # States saved before the carry was persisted have none.
+                    carry=_carry_list(data.get("carry", [])),
                 )
                 for cei_id in self._trigger_state[rule_id].open:
                     self._open_index.pop(cei_id, None)
@@ -1067,9 +1082,10 @@ class TriggerEvaluator:
         cond = rule.condition
         if cond is None:
             return bool(entries)
-        matching = sum(1 for e in entries if cond.matches(e)) if (cond.keywords or cond.regex) else len(entries)
-        if cond.every_nth is None:
-            return matching > 0
+        matches = cond.keywords or cond.regex
+        if cond.every_nth is None:  # any match will do: stop at the first
+            return any(cond.matches(e) for e in entries) if matches else bool(entries)
+        matching = sum(1 for e in entries if cond.matches(e)) if matches else len(entries)
         before = state.nth_count
         state.nth_count += matching
         if matching:
@@ -1142,6 +1158,16 @@ def _waits_for_updates(rule: _Rule) -> bool:
 def _update_window(rule: _Rule) -> int:
     """How soon after an update a probe must see it for ``rule`` (a waiting rule)."""
     return rule.within if isinstance(rule, _WatchRule) else rule.slack
+
+
+def _carry_list(value: Any) -> list[int]:
+    """A stored carry: ascending distinct chronons, at most ``CARRY_MAX`` (``ValueError`` otherwise)."""
+    if not isinstance(value, list):
+        raise ValueError(f"carry must be a list, not {type(value).__name__}")
+    carry = [int(t) for t in value]
+    if carry != sorted(set(carry)) or len(carry) > CARRY_MAX:
+        raise ValueError(f"carry must hold at most {CARRY_MAX} ascending distinct chronons: {value!r}")
+    return carry
 
 
 def _opt_int(value: Any) -> int | None:
