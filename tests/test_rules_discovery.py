@@ -12,6 +12,7 @@ import pytest
 
 from proxy.core.engine import CeiState
 from proxy.rules import ChrononGrid, OpenCei, ProfileSpec, RevealEi, SealCei, TriggerEvaluator
+from proxy.rules.evaluator import RuleStateError
 from proxy.rules.updates import changes_since, estimate_update_chronon, update_chronons
 from tests.test_rules_engine import FEEDS, Entry, Proxy
 
@@ -350,3 +351,54 @@ def test_update_weights_spread_each_rules_worth_over_the_feeds_it_still_waits_fo
     ev.remove_profile("p")
     assert dict(ev.update_weights()) == {}
     assert list(ev.update_groups()) == []
+
+
+WATCH = {"name": "w", "watch": {"feeds": ["FEED_MISH", "FEED_CNN"], "within": "10m"}}
+
+
+@pytest.mark.parametrize(
+    ("rule", "pings", "published"),
+    [
+        # The entry is dated a little before the ping (the hub was slow): a second CEI at 10.
+        (ON_UPDATE, [MISH], at(10.5)),
+        # Both feeds pinged, the watch CEI is complete; the entry is dated after the ping
+        # (the publisher's clock): a new CEI would begin at 12.
+        (WATCH, [MISH, CNN], at(12.3)),
+    ],
+)
+def test_a_ping_and_its_confirming_probe_count_once_across_a_restart(
+    rule: dict[str, object], pings: list[int], published: datetime
+) -> None:
+    """The rule's last ping per feed is part of its stored state."""
+    def fresh() -> TriggerEvaluator:
+        ev = TriggerEvaluator(GRID)
+        ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [rule]}), FEEDS)
+        ev.take_dirty()
+        return ev
+
+    ev = fresh()
+    for feed in pings:
+        assert ev.on_notification(feed, 11) != []
+    assert ev.take_dirty() == ["p/0"]
+    saved = ev.snapshot_state("p/0")
+    assert saved["pinged"] == sorted([feed, 11] for feed in pings)
+    oil = [Entry(title="oil", published=published)]
+    # Restored, the probe that finds the announced entry opens nothing new...
+    again = fresh()
+    again.restore_state("p/0", saved)
+    assert not [op for op in again.on_probe(MISH, 14, True, oil, previous_success=8) if isinstance(op, OpenCei)]
+    # ...where a service that forgot the ping counts the update a second time.
+    forgot = fresh()
+    forgot.restore_state("p/0", {k: v for k, v in saved.items() if k != "pinged"})
+    assert forgot.snapshot_state("p/0")["pinged"] == []
+    assert [op for op in forgot.on_probe(MISH, 14, True, oil, previous_success=8) if isinstance(op, OpenCei)]
+
+
+def test_a_malformed_ping_record_is_refused_and_changes_nothing() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("p", ProfileSpec.model_validate({"name": "p", "rules": [ON_UPDATE]}), FEEDS)
+    ev.on_notification(MISH, 11)
+    before = ev.snapshot_state("p/0")
+    with pytest.raises(RuleStateError, match="rule 'p/0': malformed state"):
+        ev.restore_state("p/0", before | {"seq": 7, "pinged": [[MISH]]})
+    assert ev.snapshot_state("p/0") == before

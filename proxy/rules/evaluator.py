@@ -827,6 +827,7 @@ class TriggerEvaluator:
         for rule_id in self._by_resource.get(resource, ()):
             if profiles is None or self._rules[rule_id].profile_id in profiles:
                 self._pinged.setdefault(rule_id, {})[resource] = t
+                self._dirty.add(rule_id)  # stored, so the probe that confirms it after a restart adds nothing
                 ops.extend(self._rule_update(rule_id, resource, t))
         return ops
 
@@ -909,6 +910,7 @@ class TriggerEvaluator:
                 "since": ts.since,
                 "baselined": ts.baselined,
                 "carry": list(ts.carry),
+                "pinged": self._pinged_list(rule_id),
             }
         ws = self._watch_state[rule_id]
         return {
@@ -920,7 +922,12 @@ class TriggerEvaluator:
             "covered": [[r, s] for r, s in ws.covered.items()],
             "prev_last_start": ws.prev_last_start,
             "since": ws.since,
+            "pinged": self._pinged_list(rule_id),
         }
+
+    def _pinged_list(self, rule_id: str) -> list[list[int]]:
+        """The rule's last ping per feed, ``[[feed, chronon], ...]`` by feed."""
+        return [[r, t] for r, t in sorted(self._pinged.get(rule_id, {}).items())]
 
     def restore_state(self, rule_id: str, data: Mapping[str, Any]) -> None:
         """Restore what :meth:`snapshot_state` returned, after :meth:`add_profile` installed the rule."""
@@ -934,6 +941,9 @@ class TriggerEvaluator:
                 f"expected version {STATE_VERSION} kind {kind!r}"
             )
         try:
+            # States saved before pings were stored have none: a ping just before the restart
+            # may then be counted again by the probe that confirms it.
+            pinged = {int(r): int(t) for r, t in data.get("pinged", [])}
             if isinstance(rule, _TriggerRule):
                 ts = _TriggerState(
                     seq=int(data["seq"]),
@@ -979,6 +989,10 @@ class TriggerEvaluator:
                     self._open_index[ws.cei_id] = rule_id
         except (KeyError, TypeError, ValueError) as exc:
             raise RuleStateError(f"rule {rule_id!r}: malformed state ({exc!r})") from None
+        if pinged:
+            self._pinged[rule_id] = pinged
+        else:
+            self._pinged.pop(rule_id, None)
 
     def reserve_ids(self, rule_id: str, next_seq: int) -> None:
         """Number ``rule_id``'s next CEI ``next_seq`` or later: after a restart the store's
