@@ -252,3 +252,11 @@ def test_a_malformed_carry_is_refused_and_names_the_rule(bad: Any) -> None:
     saved = ev.snapshot_state("p/0") | {"carry": bad}
     with pytest.raises(RuleStateError, match="rule 'p/0': malformed state"):
         ev.restore_state("p/0", saved)
+
+
+def test_a_ping_costs_a_temporal_rule_no_state_write() -> None:
+    """A temporal rule reads no updates, so it has no ping to remember (or to store)."""
+    ev = installed()
+    ev.take_dirty()
+    assert ev.on_notification(MISH, SINCE + 1) == []
+    assert ev.take_dirty() == [] and ev.snapshot_state("p/0")["pinged"] == []

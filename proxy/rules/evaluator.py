@@ -825,9 +825,11 @@ class TriggerEvaluator:
         """
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
-            if profiles is None or self._rules[rule_id].profile_id in profiles:
-                self._pinged.setdefault(rule_id, {})[resource] = t
-                self._dirty.add(rule_id)  # stored, so the probe that confirms it after a restart adds nothing
+            rule = self._rules[rule_id]
+            if profiles is None or rule.profile_id in profiles:
+                if _waits_for_updates(rule):  # a temporal rule reads no update: nothing to confirm
+                    self._pinged.setdefault(rule_id, {})[resource] = t
+                    self._dirty.add(rule_id)  # stored: the probe that confirms it after a restart adds nothing
                 ops.extend(self._rule_update(rule_id, resource, t))
         return ops
 
