@@ -533,6 +533,10 @@ def _all_profiles() -> dict[str, dict[str, Any]]:
             query=[{"feed": "Q", "overwrite": True}],
         ),
         "q": trigger_body({"feed": "Q", "on": "ping", "slack": "2m"}),
+        # Checks with gaps between them (windows [0, 1], [5, 6], ...): probes in the gaps are carried.
+        "g": trigger_body({"feed": "FEED_MISH", "every": "5m", "slack": "1m", "when": {"contains": ["oil"]}}),
+        # Updates found by probes, and pings a later probe confirms.
+        "u": trigger_body({"feed": "FEED_MISH", "on": "update", "slack": "2m", "when": {"contains": ["oil"]}}),
     }
 
 
@@ -622,17 +626,25 @@ def test_failed_replace_keeps_the_old_profile_and_custom_rule_ids_name_ceis() ->
 
 
 _EVENT = st.one_of(
-    st.tuples(st.just("probe"), st.sampled_from([MISH, 20]), st.booleans(), st.sampled_from(["oil", "gold", ""])),
+    st.tuples(st.just("probe"), st.sampled_from([MISH, 10, 20]), st.booleans(), st.sampled_from(["oil", "gold", ""])),
     st.tuples(st.just("ping"), st.sampled_from([10, 11, 12, 20, MISH])),
     st.tuples(st.just("missed"), st.integers(0, 5)),
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(script=st.lists(st.lists(_EVENT, max_size=3), min_size=1, max_size=25), data=st.data())
 def test_snapshot_restore_at_any_chronon_property(script: list[list[tuple[Any, ...]]], data: st.DataObject) -> None:
-    """Random ticks, probes, pings and misses: stopping, storing JSON and restoring changes nothing."""
+    """Random ticks, probes, pings and misses: stopping, storing JSON and restoring changes nothing.
+
+    Probes pass the feed's previous successful probe, as the service does (the loop's own
+    record, restored from the store), so they are update observations too."""
     cut = data.draw(st.integers(0, len(script)))
+    previous: list[dict[int, int]] = []  # before each chronon: feed -> its last successful probe
+    last: dict[int, int] = {}
+    for t, events in enumerate(script):
+        previous.append(dict(last))
+        last.update({e[1]: t for e in events if e[0] == "probe" and e[2]})
 
     def play(ev: TriggerEvaluator, chronons: range) -> list[Op]:
         out: list[Op] = []
@@ -641,7 +653,8 @@ def test_snapshot_restore_at_any_chronon_property(script: list[list[tuple[Any, .
             for event in script[t]:
                 if event[0] == "probe":
                     _, r, ok, word = event
-                    out += ev.on_probe(r, t, ok, [Entry(title=word)] if word else [])
+                    out += ev.on_probe(r, t, ok, [Entry(title=word)] if word else [],
+                                       previous_success=previous[t].get(r))
                 elif event[0] == "ping":
                     out += ev.on_notification(event[1], t)
                 else:
