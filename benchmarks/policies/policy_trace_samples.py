@@ -7,7 +7,7 @@ stand in for traces that chose no setting. Sample ``SEED`` keeps
 ``round(FRACTION * feeds)`` feeds drawn by ``random.Random(SEED)`` from the
 sorted feed ids, so the same options give the same files.
 
-    .venv/bin/python benchmarks/policies/trace_samples.py ../shared/traces/real_feeds_items.csv \\
+    .venv/bin/python benchmarks/policies/policy_trace_samples.py ../shared/traces/real_feeds_items.csv \\
         --fraction 0.4 --fraction 0.6 --fraction 0.8 --seeds 100-119 --out-dir /tmp/subs
 
 writes ``/tmp/subs/s40_100.csv`` … ``s80_119.csv`` (the header and rows as

@@ -1,4 +1,4 @@
-"""``benchmarks/policies/trace_samples.py``: feed samples of a trace, whole feeds, the same for the same seed."""
+"""``benchmarks/policies/policy_trace_samples.py``: feed samples of a trace, whole feeds, the same for the same seed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "policies"))
 
-from trace_samples import main, sample
+from policy_trace_samples import main, sample
 
 ROWS = [[f"f{i % 10}", f"2026-01-{1 + i // 10:02d}T00:00:00Z"] for i in range(50)]
 
