@@ -1,6 +1,6 @@
 """End to end: what other probes found for a time-driven rule survives a restart.
 
-"slow" checks "mish" every 6 s; "fast" every 1 s, so its probes find a new
+"slow" checks "mish" every 10 s; "fast" every 1 s, so its probes find a new
 "oil" post first and the post is no longer new to "slow"'s own probe. The
 service stops between the two and starts again before "slow"'s next check:
 that check must still fire, from the match remembered in the rule's stored
@@ -38,7 +38,7 @@ async def _run(settings: Settings) -> None:
     async with FeedFarm(["mish", "cnn"]) as farm:
         async with running(settings) as px:
             ids = {n: (await px.post("/api/v1/feeds", {"url": farm.url(n)})).json()["id"] for n in ("mish", "cnn")}
-            body = {"name": "analyst", "rules": [_rule("slow", ids["mish"], ids["cnn"], "6s"),
+            body = {"name": "analyst", "rules": [_rule("slow", ids["mish"], ids["cnn"], "10s"),
                                                  _rule("fast", ids["mish"], ids["cnn"], "1s")]}
             r = await px.post("/api/v1/profiles", body)
             assert r.status_code == 201, r.text
