@@ -741,11 +741,10 @@ class TriggerEvaluator:
                 # Nothing to decide. A temporal rule's next check still sees what this probe
                 # found new (another rule's probe, or a poll, took it first): remember whether
                 # it met the condition, not the entries.
-                if rule.mode != "notify" and (baseline or new_entries):
+                if rule.mode != "notify" and (baseline or new_entries) and started_chronon not in state.carry:
                     if baseline is None and prepared is None:
                         prepared = [_Prepared(e) for e in new_entries]
-                    found = baseline if baseline is not None else prepared or []
-                    if started_chronon not in state.carry and self._condition_holds(rule, state, found):
+                    if self._condition_holds(rule, state, baseline if baseline is not None else prepared or []):
                         _carry(state, started_chronon)
                         self._dirty.add(rule_id)
                 continue
@@ -753,15 +752,13 @@ class TriggerEvaluator:
                 prepared = [_Prepared(e) for e in new_entries]
             entries = baseline if baseline is not None else prepared
             assert entries is not None
-            carried = False
-            if state.carry:  # probes that started by now found something since the last check
-                kept = bisect.bisect_right(state.carry, started_chronon)
-                carried = kept > 0
-                if carried:
-                    del state.carry[:kept]
-                    self._dirty.add(rule_id)
-            # A carried match fires the rule; counting rules carry nothing (they count every probe).
-            fired = carried or self._condition_holds(rule, state, entries)
+            # Probes that started by now and found a match since the last check fire the rule
+            # (counting rules carry nothing: they count every probe).
+            carried = bisect.bisect_right(state.carry, started_chronon)
+            if carried:
+                del state.carry[:carried]
+                self._dirty.add(rule_id)
+            fired = carried > 0 or self._condition_holds(rule, state, entries)
             for cei_id in due:
                 del state.open[cei_id]
                 self._open_index.pop(cei_id, None)
