@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -220,8 +220,12 @@ def test_trace_feeds_the_generator(tmp_path: Path) -> None:
 def test_trace_errors(tmp_path: Path) -> None:
     empty = tmp_path / "e.csv"
     empty.write_text("", encoding="utf-8")
-    with pytest.raises(TraceError, match="expected a header"):
+    with pytest.raises(TraceError, match="no data rows"):
         load_trace(empty, 10)
+    short = tmp_path / "s.csv"
+    short.write_text("r,t\na,2026-02-18T01:41:13Z\n\nb\n", encoding="utf-8")
+    with pytest.raises(TraceError, match=r"s\.csv, line 4: expected 2 columns"):
+        load_trace(short, 10)
     junk = tmp_path / "j.csv"
     junk.write_text("r,t\na,0001-01-01\n", encoding="utf-8")
     with pytest.raises(TraceError, match="no usable timestamps among 1 rows"):
@@ -229,8 +233,34 @@ def test_trace_errors(tmp_path: Path) -> None:
 
 
 def test_parse_timestamp() -> None:
-    assert parse_timestamp("2026-02-18T01:41:13Z") == datetime(2026, 2, 18, 1, 41, 13, tzinfo=UTC)
-    assert parse_timestamp("garbage") is None
+    when = datetime(2026, 2, 18, 1, 41, 13, tzinfo=UTC)
+    assert parse_timestamp("2026-02-18T01:41:13Z") == when
+    assert parse_timestamp("2026-02-18T02:41:13+01:00") == when
+    assert parse_timestamp("2026-02-18 01:41:13") == when  # naive is UTC
+    # As RSS writes dates (RFC 822), and as Unix epoch seconds or milliseconds.
+    assert parse_timestamp("Wed, 18 Feb 2026 01:41:13 GMT") == when
+    assert parse_timestamp("Wed, 18 Feb 2026 02:41:13 +0100") == when
+    assert parse_timestamp(str(int(when.timestamp()))) == when
+    assert parse_timestamp(f"{when.timestamp():.3f}") == when
+    assert parse_timestamp(str(int(when.timestamp()) * 1000)) == when
+    for junk in ("garbage", "", "  ", "nan", "inf", "1e400", "feed_id", "timestamp_utc_iso"):
+        assert parse_timestamp(junk) is None, junk
+
+
+def test_trace_header_is_optional_and_formats_mix(tmp_path: Path) -> None:
+    """A first row that reads as data is data; a BOM and blank lines are no rows."""
+    rows = "a,2026-02-18T01:00:00Z\nb,\"Wed, 18 Feb 2026 05:00:00 GMT\"\n\na,1771398000\n"
+    with_header = tmp_path / "h.csv"
+    with_header.write_text("\ufefffeed_id,timestamp_utc_iso\n" + rows, encoding="utf-8")
+    without = tmp_path / "n.csv"
+    without.write_text("\n" + rows, encoding="utf-8")
+    start = datetime(2026, 2, 18, tzinfo=UTC)
+    for path in (with_header, without):
+        trace = load_trace(path, 24, start=start, end=start + timedelta(days=1))
+        assert trace.names == ("a", "b"), path
+        # 01:00 and 1771398000 (07:00) for a, 05:00 for b, hourly chronons.
+        assert trace.updates == ((1, 7), (5,)), path
+        assert trace.stats.rows == 3 and trace.stats.unparseable == 0, path
 
 
 def test_real_trace_loads() -> None:

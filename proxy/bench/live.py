@@ -135,24 +135,12 @@ def poisson_workload(
 
 def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, int]:
     """The ``days``-long window of the trace holding the most usable timestamps: (start, end, count)."""
-    import csv
+    from proxy.sim.traces import DEFAULT_NOT_BEFORE, read_rows
 
-    from proxy.sim.traces import DEFAULT_NOT_BEFORE, parse_timestamp
-
-    stamps: list[dt.datetime] = []
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            next(reader, None)
-            for row in reader:
-                if len(row) >= 2:
-                    ts = parse_timestamp(row[1])
-                    if ts is not None and ts >= DEFAULT_NOT_BEFORE:
-                        stamps.append(ts)
-    except OSError as exc:
-        raise BenchError(f"trace {path}: cannot read: {exc}") from exc
+    stamps = [ts for _, _, ts in read_rows(path) if ts is not None and ts >= DEFAULT_NOT_BEFORE]
     if not stamps:
-        raise BenchError(f"trace {path}: no usable timestamps")
+        raise BenchError(f"trace {path}: no usable timestamps (ISO 8601, RFC 822 or Unix epoch seconds, "
+                         f"after {DEFAULT_NOT_BEFORE:%Y-%m-%d})")
     stamps.sort()
     span = dt.timedelta(days=days)
     best, best_i, j = 0, 0, 0
@@ -210,27 +198,13 @@ def trace_history(
     real feed's first fetch shows this history (its last N entries, dated);
     the proxy's update models and the adaptive reader both learn from it.
     """
-    import csv
-
-    from proxy.sim.traces import DEFAULT_NOT_BEFORE, parse_timestamp
+    from proxy.sim.traces import DEFAULT_NOT_BEFORE, read_rows
 
     unit = (end - start).total_seconds() / chronons
     before: dict[str, list[float]] = {name: [] for name in names}
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            next(reader, None)
-            for row in reader:
-                if len(row) < 2:
-                    continue
-                ts = parse_timestamp(row[1])
-                if ts is None or ts < DEFAULT_NOT_BEFORE:
-                    continue
-                name = row[0].strip()
-                if ts < start and name in before:
-                    before[name].append((ts - start).total_seconds() / unit)
-    except OSError as exc:
-        raise BenchError(f"trace {path}: cannot read: {exc}") from exc
+    for _, name, ts in read_rows(path):
+        if ts is not None and DEFAULT_NOT_BEFORE <= ts < start and name in before:
+            before[name].append((ts - start).total_seconds() / unit)
     return tuple(tuple(sorted(before[name])[-keep:]) for name in names)
 
 

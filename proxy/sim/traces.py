@@ -1,10 +1,12 @@
 """Load real publication traces and map them onto chronons.
 
-Input: a CSV with a header and two columns, ``resource,timestamp``
+Input: a CSV of two columns, ``resource,timestamp``, under a header
 (``shared/traces/real_feeds_items.csv`` names them
-``feed_id,timestamp_utc_iso``).  Resource names are mapped to the ids
-``0..n-1`` in sorted order; timestamps are ISO 8601 (a trailing ``Z`` is
-UTC, a naive time is taken as UTC).
+``feed_id,timestamp_utc_iso``) or none: a first row whose second column reads
+as a timestamp is data.  Resource names are mapped to the ids ``0..n-1`` in
+sorted order.  Timestamps are ISO 8601 (a trailing ``Z`` is UTC, a naive time
+is taken as UTC), or as feeds write them (RFC 822, ``Tue, 02 Jun 2021
+09:30:00 GMT``), or Unix epoch seconds (milliseconds above ``1e11``).
 
 Real feeds hold junk: placeholder dates (``0001-01-01``), dates in the
 future of the snapshot, unparseable strings.  The loader skips those and
@@ -19,8 +21,11 @@ per-resource update lists this module returns).
 from __future__ import annotations
 
 import csv
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 # Anything before this is a placeholder, not a publication (RSS dates back to 1999).
@@ -65,17 +70,73 @@ class Trace:
 
 
 def parse_timestamp(text: str) -> datetime | None:
-    """An aware UTC datetime, or ``None`` when ``text`` is not ISO 8601."""
+    """An aware UTC datetime, or ``None`` when ``text`` is no timestamp the module docstring names."""
     text = text.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
+    if not text:
+        return None
+    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    ts: datetime | None
     try:
-        ts = datetime.fromisoformat(text)
+        ts = datetime.fromisoformat(iso)
     except ValueError:
+        ts = _epoch(text) or _rfc822(text)
+    if ts is None:
         return None
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
     return ts.astimezone(UTC)
+
+
+def _epoch(text: str) -> datetime | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    if abs(value) >= 1e11:  # milliseconds: 1e11 seconds is the year 5138
+        value /= 1000.0
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _rfc822(text: str) -> datetime | None:
+    try:
+        return parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, str, datetime | None]]:
+    """``(line, resource, timestamp or None)`` per data row of ``path``; the header is skipped.
+
+    The first row is a header unless its second column reads as a timestamp.
+    Blank rows are skipped; a row of fewer than two columns is a
+    :class:`TraceError` naming its line, as is a file that cannot be read.
+    """
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            first = True
+            for row in reader:
+                if not row or not "".join(row).strip():
+                    continue
+                if len(row) < 2:
+                    raise TraceError(
+                        f"{path}, line {reader.line_num}: expected 2 columns 'resource,timestamp', got {row!r}"
+                    )
+                ts = parse_timestamp(row[1])
+                if first and ts is None:
+                    first = False
+                    continue  # the header
+                first = False
+                yield reader.line_num, row[0].strip(), ts
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from exc
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{path}: not a UTF-8 CSV: {exc}") from exc
 
 
 def load_trace(
@@ -100,33 +161,24 @@ def load_trace(
     raw: list[tuple[str, datetime]] = []
     names: set[str] = set()
     rows = unparseable = placeholder = future = date_only = 0
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None or len(header) < 2:
-                raise TraceError(f"{path}: expected a header 'resource,timestamp'")
-            for lineno, row in enumerate(reader, start=2):
-                if not row:
-                    continue
-                if len(row) < 2:
-                    raise TraceError(f"{path}, line {lineno}: expected 2 columns, got {row!r}")
-                rows += 1
-                name = row[0].strip()
-                names.add(name)
-                ts = parse_timestamp(row[1])
-                if ts is None:
-                    unparseable += 1
-                elif ts < not_before:
-                    placeholder += 1
-                elif not_after is not None and ts > not_after:
-                    future += 1
-                else:
-                    raw.append((name, ts))
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from exc
+    for _lineno, name, ts in read_rows(path):
+        rows += 1
+        names.add(name)
+        if ts is None:
+            unparseable += 1
+        elif ts < not_before:
+            placeholder += 1
+        elif not_after is not None and ts > not_after:
+            future += 1
+        else:
+            raw.append((name, ts))
+    if not rows:
+        raise TraceError(f"{path}: no data rows; expected a CSV 'resource,timestamp'")
     if not raw:
-        raise TraceError(f"{path}: no usable timestamps among {rows} rows")
+        raise TraceError(
+            f"{path}: no usable timestamps among {rows} rows ({unparseable} unparseable, {placeholder} before "
+            f"{not_before:%Y-%m-%d} (placeholders; a number is Unix epoch seconds), {future} in the future)"
+        )
     if end is None:
         end = max(ts for _, ts in raw) + timedelta(seconds=1)
     if start is None:
