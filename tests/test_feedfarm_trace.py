@@ -120,6 +120,7 @@ def test_csv_trace_with_iso_dates_skips_placeholders(tmp_path: Path) -> None:
         "f1,0001-01-01T00:00:00Z\n"
         "f2,not a date\n"
         "f2,2026-02-01T01:00:30+00:00\n"
+        'f3,"Sun, 01 Feb 2026 02:00:00 +0100"\n'
     )
     trace = load_csv_trace(path)
     assert trace.skipped == 2
@@ -127,11 +128,12 @@ def test_csv_trace_with_iso_dates_skips_placeholders(tmp_path: Path) -> None:
     assert trace.events == (
         TraceEvent(0.0, "f2"),
         TraceEvent(10.0, "f1"),
+        TraceEvent(60.0, "f3"),  # RFC 822, as RSS dates entries: 01:00 UTC
         TraceEvent(60.5, "f2"),
     )
-    assert trace.feed_ids == ("f2", "f1")
+    assert trace.feed_ids == ("f2", "f1", "f3")
     later = load_csv_trace(path, start=datetime(2026, 2, 1, 0, 5, tzinfo=UTC))
-    assert [e.trace_time for e in later.events] == [5.0, 55.5]
+    assert [e.trace_time for e in later.events] == [5.0, 55.0, 55.5]
     assert later.skipped == 3
 
 
@@ -141,7 +143,7 @@ def test_csv_trace_with_numeric_times_and_the_real_trace(tmp_path: Path) -> None
     assert load_csv_trace(path).events == (TraceEvent(1.5, "b"), TraceEvent(3.0, "a"))
     mixed = tmp_path / "mixed.csv"
     mixed.write_text("a,3\nb,2026-01-01T00:00:00Z\n")
-    with pytest.raises(ValueError, match="mixes numeric and ISO"):
+    with pytest.raises(ValueError, match="mixes numeric timestamps and dates"):
         load_csv_trace(mixed)
     real = Path("/work/shared/traces/real_feeds_items.csv")
     if real.exists():

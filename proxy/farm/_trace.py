@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -124,8 +125,8 @@ def load_csv_trace(
 ) -> CsvTrace:
     """Read a ``feed_id,timestamp`` CSV (a header row is optional).
 
-    Timestamps are either numbers (already trace time) or ISO 8601 dates; a file
-    must not mix them.  Dates become trace time ``(ts - start) / trace_unit``,
+    Timestamps are either numbers (already trace time) or dates, ISO 8601 or
+    RFC 822 as RSS writes them; a file must not mix numbers and dates.  Dates become trace time ``(ts - start) / trace_unit``,
     ``start`` defaulting to the earliest kept date.  Placeholder dates (before
     1995, e.g. ``0001-01-01``), dates before ``start`` or after ``until``, and
     unparsable rows are skipped and counted, not fixed: real traces carry such
@@ -153,15 +154,18 @@ def load_csv_trace(
         try:
             when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
         except ValueError:
-            skipped += 1
-            continue
+            try:  # as RSS writes dates (RFC 822): "Wed, 18 Feb 2026 01:41:13 GMT"
+                when = parsedate_to_datetime(stamp)
+            except (TypeError, ValueError, IndexError):
+                skipped += 1
+                continue
         when = when if when.tzinfo else when.replace(tzinfo=UTC)
         if when < _MIN_PLAUSIBLE or (until is not None and when > until):
             skipped += 1
             continue
         dated.append((when, feed_id))
     if numeric and dated:
-        raise ValueError(f"{path}: mixes numeric and ISO timestamps; use one kind")
+        raise ValueError(f"{path}: mixes numeric timestamps and dates; use one kind")
     events: list[TraceEvent]
     if dated:
         origin = start or min(w for w, _ in dated)
