@@ -137,7 +137,7 @@ def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, i
     """The ``days``-long window of the trace holding the most usable timestamps: (start, end, count)."""
     from proxy.sim.traces import DEFAULT_NOT_BEFORE, read_rows
 
-    stamps = [ts for _, _, ts in read_rows(path) if ts is not None and ts >= DEFAULT_NOT_BEFORE]
+    stamps = [ts for _, ts in read_rows(path) if ts is not None and ts >= DEFAULT_NOT_BEFORE]
     if not stamps:
         raise BenchError(f"trace {path}: no usable timestamps (ISO 8601, RFC 822 or Unix epoch seconds, "
                          f"after {DEFAULT_NOT_BEFORE:%Y-%m-%d})")
@@ -202,7 +202,7 @@ def trace_history(
 
     unit = (end - start).total_seconds() / chronons
     before: dict[str, list[float]] = {name: [] for name in names}
-    for _, name, ts in read_rows(path):
+    for name, ts in read_rows(path):
         if ts is not None and DEFAULT_NOT_BEFORE <= ts < start and name in before:
             before[name].append((ts - start).total_seconds() / unit)
     return tuple(tuple(sorted(before[name])[-keep:]) for name in names)

@@ -126,11 +126,12 @@ def load_csv_trace(
     """Read a ``feed_id,timestamp`` CSV (a header row is optional).
 
     Timestamps are either numbers (already trace time) or dates, ISO 8601 or
-    RFC 822 as RSS writes them; a file must not mix numbers and dates.  Dates become trace time ``(ts - start) / trace_unit``,
-    ``start`` defaulting to the earliest kept date.  Placeholder dates (before
-    1995, e.g. ``0001-01-01``), dates before ``start`` or after ``until``, and
-    unparsable rows are skipped and counted, not fixed: real traces carry such
-    rows (shared/traces/README.md).
+    RFC 822 as RSS writes them; a file must not mix numbers and dates.  Dates
+    become trace time ``(ts - start) / trace_unit``, ``start`` defaulting to
+    the earliest kept date.  Placeholder dates (before 1995, e.g.
+    ``0001-01-01``), dates before ``start`` or after ``until``, and unparsable
+    rows are skipped and counted, not fixed: real traces carry such rows
+    (shared/traces/README.md).
     """
     rows: list[tuple[str, str]] = []
     with open(path, newline="", encoding="utf-8") as fh:

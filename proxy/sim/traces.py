@@ -109,8 +109,8 @@ def _rfc822(text: str) -> datetime | None:
         return None
 
 
-def read_rows(path: Path) -> Iterator[tuple[int, str, datetime | None]]:
-    """``(line, resource, timestamp or None)`` per data row of ``path``; the header is skipped.
+def read_rows(path: Path) -> Iterator[tuple[str, datetime | None]]:
+    """``(resource, timestamp or None)`` per data row of ``path``; the header is skipped.
 
     The first row is a header unless its second column reads as a timestamp.
     Blank rows are skipped; a row of fewer than two columns is a
@@ -132,7 +132,7 @@ def read_rows(path: Path) -> Iterator[tuple[int, str, datetime | None]]:
                     first = False
                     continue  # the header
                 first = False
-                yield reader.line_num, row[0].strip(), ts
+                yield row[0].strip(), ts
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from exc
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -161,7 +161,7 @@ def load_trace(
     raw: list[tuple[str, datetime]] = []
     names: set[str] = set()
     rows = unparseable = placeholder = future = date_only = 0
-    for _lineno, name, ts in read_rows(path):
+    for name, ts in read_rows(path):
         rows += 1
         names.add(name)
         if ts is None:
