@@ -101,8 +101,17 @@ async def _crash_run(tmp_path: Path, url: str, seed: int) -> None:
                     assert proc.returncode is not None, log.read_text()[-3000:]
                     continue
                 if not feeds:
-                    feeds = [(await api.post("/api/v1/feeds", json={"url": farm.url(f"f{i}")}))
-                             .json()["id"] for i in range(FEEDS)]
+                    # A fault may kill the service while the feeds are registered: try again at
+                    # the next start (a URL already registered answers 200 with its registration).
+                    try:
+                        answers = [await api.post("/api/v1/feeds", json={"url": farm.url(f"f{i}")})
+                                   for i in range(FEEDS)]
+                    except httpx.TransportError:
+                        continue
+                    if any(r.status_code == 503 for r in answers):  # a standby for a moment
+                        continue
+                    assert all(r.status_code in (200, 201) for r in answers), [r.text for r in answers]
+                    feeds = [r.json()["id"] for r in answers]
                 # Clients create profiles between kills: acknowledged means stored. A create
                 # whose answer was lost to a kill may be stored or not (either is right), so
                 # every attempt gets a name of its own: retrying a stored name answers 409.
