@@ -173,12 +173,13 @@ async def test_update_models_are_learnt_shown_and_restored_after_a_restart(datab
                      if k.startswith("proxy_update_models{")}
             assert sum(kinds.values()) == 2
             first = px.service
-        before = {i: await first.update_model(i) for i in ids}  # as saved when the service stopped
+            feeds = {i: await first.store.get_feed(i) for i in ids}
+        before = {i: await first.update_model(feeds[i]) for i in ids}  # as saved when the service stopped
         # A new process on the same database (not ticking, so nothing new is learnt): the
         # models come back as they were saved.
         async with ProxyService(settings, run_loop=False) as again:
             for i in ids:
-                restored, saved = await again.update_model(i), before[i]
+                restored, saved = await again.update_model(feeds[i]), before[i]
                 assert restored is not None and saved is not None
                 assert (restored.kind, restored.observations, restored.updates) == (
                     saved.kind, saved.observations, saved.updates)

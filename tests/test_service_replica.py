@@ -12,8 +12,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
+from proxy.api import make_app
 from proxy.core.engine import CeiState
 from proxy.errors import ConflictError, ValidationError
 from proxy.farm import FeedFarm
@@ -113,3 +115,50 @@ async def test_a_refused_change_on_a_replica_stores_nothing(
     assert await replica.store.list_profiles(user) == []
     await asyncio.sleep(0)
     assert leader.runtime.evaluator.profile_ids() == []
+
+
+async def test_a_replica_reads_the_update_models_the_leader_saved(
+    pair: tuple[ProxyService, ProxyService]
+) -> None:
+    """``GET /api/v1/feeds/{id}`` and ``GET /api/v1/plan`` on a process without the loop: the
+    feed page failed with 500 there (it asked for the loop's runtime), and the plan answered 503
+    though it is a read. Both now read the models the leader saved last."""
+    leader, replica = pair
+    user, key = await leader.store.create_user("carol")
+    auth = {"Authorization": f"Bearer {key}"}
+    async with FeedFarm(["a", "b"], prefill=1) as farm:
+        a, _ = await replica.register_feed(user, farm.url("a"))
+        b, _ = await replica.register_feed(user, farm.url("b"))
+
+        async def feeds_known() -> bool:
+            return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
+
+        await eventually(feeds_known, within=20, what="the leader learning the feeds")
+        watch = {"name": "pair", "rules": [{"name": "w", "watch": {
+            "feeds": [str(a.feed.id), str(b.feed.id)], "within": "10m"}}]}
+        await replica.create_profile(user, ProfileSpec.model_validate(watch))
+        # The leader learns a half-hourly feed from a document's dates, then saves its models
+        # the way its housekeeping does every five minutes.
+        now = leader.clock.now().timestamp()
+        leader.runtime.models.observe_document(a.feed.resource, now, [now - 1800 * k for k in range(1, 60)])
+        await leader.save_update_models()
+        expected = leader.runtime.models.estimate(a.feed.resource, after=now)
+        assert expected.kind != "prior" and expected.rate_per_hour == pytest.approx(2.0, rel=0.1)
+
+        app = make_app(replica.settings, service=replica, manage_service=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replica") as api:
+            got = await api.get(f"/api/v1/feeds/{a.feed.id}", headers=auth)
+            assert got.status_code == 200, got.text
+            model = got.json()["update_model"]
+            assert model["kind"] == expected.kind
+            assert model["rate_per_hour"] == pytest.approx(expected.rate_per_hour)
+            assert model["updates"] == expected.updates
+            # A feed the leader has learnt nothing of: the population prior, as on the leader.
+            other = (await api.get(f"/api/v1/feeds/{b.feed.id}", headers=auth)).json()["update_model"]
+            assert other["kind"] == "prior"
+
+            plan = await api.get("/api/v1/plan", params={"horizon": 1440, "futures": 2}, headers=auth)
+            assert plan.status_code == 200, plan.text
+            body = plan.json()
+            assert (body["profiles"], body["rules"], body["feeds"]) == (1, 1, 2)
+            assert body["current"]["completeness"] is not None

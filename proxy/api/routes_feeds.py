@@ -49,10 +49,12 @@ async def list_feeds(
 async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     """One of your feeds with its health and why: the last HTTP status, the error in words, the
     last success, why it may not be probed before ``next_allowed_at``, its recent probes, and
-    its learnt update model (kind, rate, next update)."""
-    out = FeedOut.of(await service.store.get_registered_feed(user, feed_id))
-    out = out.with_activity(await service.store.feed_activity(feed_id), service.clock.now())
-    model = await service.update_model(feed_id)
+    its learnt update model (kind, rate, next update). An API replica or a standby shows the
+    model the leader saved last (at most five minutes old)."""
+    registered = await service.store.get_registered_feed(user, feed_id)
+    out = FeedOut.of(registered).with_activity(await service.store.feed_activity(feed_id),
+                                               service.clock.now())
+    model = await service.update_model(registered.feed)
     if model is not None:
         out.update_model = UpdateModelOut.of(model)
     return out

@@ -29,7 +29,8 @@ async def plan(
     reaches ``target`` (paper 002's dual problem), from the update models the proxy has learnt.
 
     Plans your own profiles only, as if the budget served them alone: the budget is shared by
-    every user, and the operator plans all profiles with ``proxy plan``. 503 on a standby.
+    every user, and the operator plans all profiles with ``proxy plan``. An API replica or a
+    standby plans with the models the leader saved last (at most five minutes old).
     """
     report = await service.plan(user, target=target, horizon=horizon, futures=futures, seed=seed)
     return PlanOut.model_validate(report.to_json())

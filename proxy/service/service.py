@@ -129,6 +129,10 @@ UPDATE_MODELS_KEY = "update_models"
 SUCCESS_OUTCOMES = frozenset({Ok.outcome, NotModified.outcome})
 
 ORIGIN_KEY = "chronon_origin"
+#: How long a process that does not run the loop (an API replica, a standby) reuses the update
+#: models it read from the database (:meth:`ProxyService.update_model`, :meth:`ProxyService.plan`).
+#: The leader saves them every five minutes, so a minute adds little staleness.
+SAVED_MODELS_TTL_SECONDS = 60.0
 READY_PING_SECONDS = 2.0  # /readyz: a database slower than this to answer SELECT 1 is down
 #: How long a write round may hold SQLite's one write lock, about (``Writer.round_seconds``):
 #: the lease's renewals and the API's own writes wait for it, and SQLite gives up after 5 s.
@@ -255,6 +259,9 @@ class ProxyService:
         self._lock = asyncio.Lock()
         # One plan at a time: each is seconds of CPU in a worker thread, sharing the GIL with the loop.
         self._plan_lock = asyncio.Lock()
+        #: Without a loop: the update models last read from the database, and when (monotonic).
+        self._saved_models: tuple[float, FeedUpdateModels] | None = None
+        self._saved_models_lock = asyncio.Lock()
         # Pings per feed (issue 24.6): every user who registered a feed knows a token for it, and
         # each accepted ping may open CEIs that spend the shared budget.
         self._ping_buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
@@ -671,16 +678,47 @@ class ProxyService:
             slot.learn_rate(runtime.models, at, self.clock)
         log.info("update_models_restored", feeds=len(runtime.models.feeds()))
 
-    async def update_model(self, feed_id: int) -> FeedModelEstimate | None:
-        """The feed's update model now (``None``: the service does not probe this feed);
-        read on the loop's thread, where probes change it."""
-        rt, after = self.runtime, self.clock.now().timestamp()
+    async def update_model(self, feed: Feed) -> FeedModelEstimate | None:
+        """The feed's update model now (``None``: the leader does not probe this feed).
+
+        The leader reads it on the loop's thread, where probes change it. A process that does
+        not run the loop (an API replica, a standby) reads the models the leader saved last
+        (every five minutes and at shutdown: :meth:`saved_models`), so its answer may be
+        that much older; it never fails for want of a loop.
+        """
+        after = self.clock.now().timestamp()
+        rt = self._runtime
+        if rt is None:
+            return (await self.saved_models()).estimate(feed.resource, after=after)
 
         def read() -> FeedModelEstimate | None:
-            slot = rt.feeds.by_id.get(feed_id)
+            slot = rt.feeds.by_id.get(feed.id)
             return None if slot is None else rt.models.estimate(slot.resource, after=after)
 
         return await self.host.call(read)
+
+    async def saved_models(self) -> FeedUpdateModels:
+        """The update models as the leader last saved them (``service_state['update_models']``),
+        read at most once every :data:`SAVED_MODELS_TTL_SECONDS`; the population prior alone if
+        none are saved or they do not read (logged). For processes without a loop: read them,
+        never change them (the copy is shared by the requests of the next minute)."""
+        cached = self._saved_models
+        if cached is not None and time.monotonic() - cached[0] < SAVED_MODELS_TTL_SECONDS:
+            return cached[1]
+        async with self._saved_models_lock:  # one read at a time; the others take its result
+            cached = self._saved_models
+            if cached is not None and time.monotonic() - cached[0] < SAVED_MODELS_TTL_SECONDS:
+                return cached[1]
+            data = await self.store.get_state(UPDATE_MODELS_KEY)
+            models = FeedUpdateModels(self._update_model_settings
+                                      or update_model_settings(self.settings.chronon_seconds))
+            if data is not None:
+                try:  # 10,000 feeds' records take a while to read: not on the API's event loop
+                    await asyncio.to_thread(models.restore, data)
+                except UpdateModelStateError as exc:
+                    log.warning("saved_update_models_not_read", reason=str(exc))
+            self._saved_models = (time.monotonic(), models)
+            return models
 
     async def purge(self) -> None:
         """Retention: delete probes and uncaptured entries older than ``retention_days``, and
@@ -1144,18 +1182,23 @@ class ProxyService:
         the configured budget, and the least budget that reaches ``target``, if the budget served
         these profiles alone (it is shared: the operator's ``proxy plan`` plans every profile).
 
-        Reads the running service's update models from chronon ``now`` for ``horizon`` chronons;
-        the simulation runs in a worker thread on copies, one plan at a time.
+        Reads the running service's update models from chronon ``now`` for ``horizon`` chronons
+        (a process without the loop: those the leader saved last, :meth:`saved_models`); the
+        simulation runs in a worker thread on copies, one plan at a time.
         """
-        rt = self._require_leader()
         profiles = await self.store.list_profiles(user_id)
+        rt = self._runtime
+        if rt is None:
+            models = await self.saved_models()
+            resources = {f.id: f.resource for f in await self.store.list_feeds()}
+            inputs = plan_inputs(profiles, resources, models, self.clock, self.clock.current(), horizon)
+        else:
+            def read() -> PlanInputs:  # on the loop's thread: the models learn there
+                resources = {fid: slot.resource for fid, slot in rt.feeds.by_id.items()}
+                return plan_inputs(profiles, resources, rt.models, rt.clock, self.clock.current(),
+                                   horizon)
 
-        def read() -> PlanInputs:  # on the loop's thread: the models learn there
-            resources = {fid: slot.resource for fid, slot in rt.feeds.by_id.items()}
-            return plan_inputs(profiles, resources, rt.models, rt.clock, self.clock.current(),
-                               horizon)
-
-        inputs = await self.host.call(read)
+            inputs = await self.host.call(read)
         s = self.settings
         async with self._plan_lock:
             report = await asyncio.to_thread(run_plan, inputs, budget=s.budget, target=target,

@@ -427,7 +427,7 @@ class WebUi:
         shared, own = registered.feed.url, registered.registration.url
         history = [{"p": p, "error": (p.error or "").replace(shared, own)} for p in probes]
         why = explain(registered.feed, probes[0] if probes else None, dt.datetime.now(dt.UTC))
-        model = await service.update_model(feed_id)
+        model = await service.update_model(registered.feed)
         expected = None  # as GET /api/v1/feeds/{id} says it (next_expected_at)
         if model is not None and math.isfinite(model.next_expected):
             expected = dt.datetime.fromtimestamp(model.next_expected, dt.UTC)
