@@ -131,6 +131,7 @@ async def test_ids_out_of_any_range_answer_404(api: Client, bad_id: int) -> None
         ("DELETE", "/api/v1/profiles/{profile_id}"),
         ("GET", "/api/v1/profiles/{profile_id}/ceis"),
         ("GET", "/api/v1/profiles/{profile_id}/entries"),
+        ("GET", "/api/v1/profiles/{profile_id}/status"),
         ("POST", "/api/v1/targets/{target_id}/enable"),
         ("GET", "/api/v1/deliveries/{delivery_id}"),
     ]:

@@ -162,3 +162,46 @@ async def test_a_replica_reads_the_update_models_the_leader_saved(
             body = plan.json()
             assert (body["profiles"], body["rules"], body["feeds"]) == (1, 1, 2)
             assert body["current"]["completeness"] is not None
+
+
+async def test_a_replica_shows_rule_status_from_the_states_the_leader_stored(
+    pair: tuple[ProxyService, ProxyService]
+) -> None:
+    leader, replica = pair
+    user, key = await leader.store.create_user("dave")
+    async with FeedFarm(["a", "b"], prefill=1) as farm:
+        a, _ = await replica.register_feed(user, farm.url("a"))
+        b, _ = await replica.register_feed(user, farm.url("b"))
+
+        async def feeds_known() -> bool:
+            return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
+
+        await eventually(feeds_known, within=20, what="the leader learning the feeds")
+        watch = {"name": "pair", "rules": [{"name": "w", "watch": {
+            "feeds": [str(a.feed.id), str(b.feed.id)], "within": "10m"}}]}
+        profile = await replica.create_profile(user, ProfileSpec.model_validate(watch))
+
+        async def installed() -> bool:
+            return str(profile.id) in leader.runtime.evaluator.profile_ids()
+
+        await eventually(installed, within=20, what="the leader installing the profile")
+        assert await replica.ping(b.feed.id, b.registration.ping_token) == 0  # forwarded to the leader
+
+        app = make_app(replica.settings, service=replica, manage_service=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replica") as api:
+            async def building() -> dict[str, Any]:
+                got = await api.get(f"/api/v1/profiles/{profile.id}/status",
+                                    headers={"Authorization": f"Bearer {key}"})
+                assert got.status_code == 200, got.text
+                body: dict[str, Any] = got.json()
+                return body if body["rules"][0]["state"] == "building" else {}
+
+            body = await eventually(building, within=20, what="the leader storing the rule's state")
+        assert body["source"] == "saved"
+        rule = body["rules"][0]
+        assert rule["waiting_for"] == [a.feed.id]
+        assert [s["feed"] for s in rule["seen"]] == [b.feed.id]
+        live = await leader.profile_status(user, profile.id)
+        assert live.source == "live"
+        assert (live.rules[0].state, live.rules[0].waiting_for, live.rules[0].building_cei) == (
+            "building", (a.feed.id,), rule["building_cei"])

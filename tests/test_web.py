@@ -81,6 +81,28 @@ async def test_the_feed_page_shows_the_update_model_as_the_api_does(web: Any) ->
     assert f"next update expected about {expected:%Y-%m-%d %H:%M} UTC." in page
 
 
+async def test_the_profile_page_says_what_each_rule_waits_for_as_the_api_does(web: Any) -> None:
+    service, b = web
+    alice = b["alice"]
+    await alice.sign_in()
+    urls = ["http://127.0.0.1:9/first.xml", "http://127.0.0.1:9/second.xml"]
+    regs = [(await alice.client.post("/api/v1/feeds", json={"url": u}, headers=alice.api())).json()
+            for u in urls]
+    first, second = (r["id"] for r in regs)
+    spec = {"name": "pair", "rules": [{"name": "both", "watch": {"feeds": [first, second], "within": "5m"}}]}
+    pid = (await alice.client.post("/api/v1/profiles", json=spec, headers=alice.api())).json()["id"]
+    assert await service.ping(first, regs[0]["ping_token"]) == 1  # the first feed's update opens the CEI
+
+    api = (await alice.client.get(f"/api/v1/profiles/{pid}/status", headers=alice.api())).json()
+    rule = api["rules"][0]
+    assert (rule["state"], rule["waiting_for"]) == ("building", [second])
+    page = await alice.get(f"/profiles/{pid}")
+    row = re.search(r'<tr class="rule-building">(.*?)</tr>', page.text, re.S)
+    assert row, page.text[:2000]
+    cells = [" ".join(c.split()) for c in re.findall(r"<td>(.*?)</td>", row.group(1), re.S)]
+    assert cells == ["both", "building", rule["detail"], urls[1]]  # the feed by the user's own URL
+
+
 def _csrf(page: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found, page[:500]

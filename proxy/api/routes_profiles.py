@@ -24,6 +24,7 @@ from proxy.api.schemas import (
     CeiOut,
     MetricsSummaryOut,
     ProfileOut,
+    ProfileStatusOut,
     cei_out,
 )
 from proxy.rules import ProfileSpec
@@ -68,6 +69,15 @@ async def list_profiles(
 @router.get("/profiles/{profile_id}", response_model=ProfileOut)
 async def get_profile(profile_id: ProfileId, service: Service, user: UserId) -> ProfileOut:
     return ProfileOut.of(await service.store.get_profile(user, profile_id))
+
+
+@router.get("/profiles/{profile_id}/status", response_model=ProfileStatusOut)
+async def profile_status(profile_id: ProfileId, service: Service, user: UserId) -> ProfileStatusOut:
+    """Where each rule stands and what it waits for: the feeds whose next update it needs, a
+    watch rule's CEI being built, a trigger rule's next check and its fired CEIs not yet
+    decided; with the feeds' health and when each is expected to change next (docs/api.md,
+    "Rule status")."""
+    return ProfileStatusOut.of(await service.profile_status(user, profile_id))
 
 
 @router.put("/profiles/{profile_id}", response_model=ProfileOut, responses=problem_responses(409))

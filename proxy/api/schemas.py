@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.notify.payload import Notification
 from proxy.rules import FeedModelEstimate
+from proxy.service.rule_status import ProfileStatus, RuleState
 from proxy.store import (
     CapturedEntry,
     Cei,
@@ -474,3 +475,84 @@ class PlanOut(BaseModel):
     """The search's ceiling: the feeds your rules read (probing every one every chronon)."""
     seconds: float
     """Time the plan took."""
+
+
+class SeenUpdateOut(BaseModel):
+    """A watched feed's update in the CEI being built: ``at`` the start of its chronon."""
+
+    feed: int
+    at: dt.datetime
+
+
+class OpenCeiOut(BaseModel):
+    """A trigger rule's CEI that fired and waits for the probe that decides it within its window."""
+
+    id: str
+    window_start: dt.datetime
+    window_end: dt.datetime
+
+
+class RuleStatusOut(BaseModel):
+    """Where one rule stands (docs/api.md, "Rule status"): ``state`` in a word, ``detail`` in a
+    sentence, then the facts: the feeds whose next update it waits for, a watch rule's CEI
+    being built and the updates already in it, a trigger rule's next check and its fired CEIs
+    not yet decided."""
+
+    id: int
+    name: str
+    kind: Literal["trigger", "watch"]
+    state: RuleState
+    detail: str
+    waiting_for: list[int]
+    seen: list[SeenUpdateOut]
+    building_cei: str | None
+    building_missed: bool
+    updates_from: dt.datetime | None
+    next_check_at: dt.datetime | None
+    open_ceis: list[OpenCeiOut]
+    last_fired_at: dt.datetime | None
+
+
+class FeedStatusOut(BaseModel):
+    """A feed the profile's rules read: its health and when its update model expects it to change."""
+
+    id: int
+    url: str
+    last_probe_at: dt.datetime | None
+    last_outcome: str | None
+    consecutive_errors: int
+    next_allowed_at: dt.datetime | None
+    disabled: bool
+    model_kind: str | None
+    next_expected_update_at: dt.datetime | None
+
+
+class ProfileStatusOut(BaseModel):
+    """``GET /api/v1/profiles/{id}/status``. ``source``: ``live`` (the process running the chronon
+    loop read its rules' states now) or ``saved`` (an API replica or a standby: the states as
+    last stored, the models as last saved)."""
+
+    profile_id: int
+    at: dt.datetime
+    source: Literal["live", "saved"]
+    rules: list[RuleStatusOut]
+    feeds: list[FeedStatusOut]
+
+    @classmethod
+    def of(cls, s: ProfileStatus) -> ProfileStatusOut:
+        return cls(
+            profile_id=s.profile_id, at=s.at, source=s.source,
+            rules=[RuleStatusOut(
+                id=r.id, name=r.name, kind=r.kind, state=r.state, detail=r.detail,
+                waiting_for=list(r.waiting_for), seen=[SeenUpdateOut(feed=f, at=t) for f, t in r.seen],
+                building_cei=r.building_cei, building_missed=r.building_missed, updates_from=r.updates_from,
+                next_check_at=r.next_check_at,
+                open_ceis=[OpenCeiOut(id=c, window_start=a, window_end=b) for c, a, b in r.open_ceis],
+                last_fired_at=r.last_fired_at,
+            ) for r in s.rules],
+            feeds=[FeedStatusOut(
+                id=f.id, url=f.url, last_probe_at=f.last_probe_at, last_outcome=f.last_outcome,
+                consecutive_errors=f.consecutive_errors, next_allowed_at=f.next_allowed_at,
+                disabled=f.disabled, model_kind=f.model_kind, next_expected_update_at=f.next_expected_update_at,
+            ) for f in s.feeds],
+        )

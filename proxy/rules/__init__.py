@@ -8,7 +8,8 @@ Public API:
 * durations (:mod:`proxy.rules.durations`): :func:`parse_duration`,
   :func:`to_chronons`;
 * the evaluator (:mod:`proxy.rules.evaluator`): :class:`TriggerEvaluator`
-  turning ticks, probe results and pings into engine operations;
+  turning ticks, probe results and pings into engine operations, and
+  :func:`rule_progress` reading a rule's saved state as a :class:`RuleProgress`;
 * what it exchanges (:mod:`proxy.rules.ports`): :class:`OpenCei`,
   :class:`RevealEi`, :class:`SealCei`, :func:`apply_ops`, the
   :class:`EntryLike` and :class:`EnginePort` protocols, and the chronon clock
@@ -24,7 +25,13 @@ Nothing in this package does I/O or reads a clock; the service drives it.
 """
 
 from proxy.rules.durations import DurationError, parse_duration, to_chronons
-from proxy.rules.evaluator import RuleStateError, TriggerEvaluator, UnknownFeedError
+from proxy.rules.evaluator import (
+    RuleProgress,
+    RuleStateError,
+    TriggerEvaluator,
+    UnknownFeedError,
+    rule_progress,
+)
 from proxy.rules.ports import (
     ChrononGrid,
     ChrononMapping,
@@ -75,6 +82,7 @@ __all__ = [
     "ProfileSpec",
     "QuerySpec",
     "RevealEi",
+    "RuleProgress",
     "RuleSpec",
     "RuleStateError",
     "SealCei",
@@ -89,6 +97,7 @@ __all__ = [
     "error_messages",
     "parse_duration",
     "posterior_rate",
+    "rule_progress",
     "seconds_to_chronon",
     "to_chronons",
 ]

@@ -86,11 +86,13 @@ __all__ = [
     "Op",
     "OpenCei",
     "RevealEi",
+    "RuleProgress",
     "RuleStateError",
     "SealCei",
     "TriggerEvaluator",
     "UnknownFeedError",
     "apply_ops",
+    "rule_progress",
 ]
 
 STATE_VERSION = 1
@@ -1185,3 +1187,60 @@ def _carry_list(value: Any) -> list[int]:
 
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+# --------------------------------------------------------------------------- reading a saved state
+
+
+@dataclass(frozen=True, slots=True)
+class RuleProgress:
+    """Where one rule stands, read from its saved state (:func:`rule_progress`): what a user
+    asks when a rule has not fired ("what is it waiting for?"). Chronons and feed resources,
+    as the evaluator counts them; the service names them in wall time and feed ids.
+
+    Trigger rules: ``next_fire`` the chronon of a temporal rule's next check (``None``: not
+    anchored yet, it starts at the next tick; always ``None`` for ``on:`` rules), ``open``
+    the CEIs fired and not yet decided (id, trigger window), ``baselined`` False until the
+    first successful probe of the feed after the rule was made, ``last_open`` the chronon the
+    last CEI opened. Watch rules: ``building`` the CEI being assembled (``None`` between
+    two), ``alive`` False once the engine missed it (it is finished but reported as missed),
+    ``covered`` each feed's update in it, ``after`` the chronon only later updates count after
+    (the previous CEI's last update; -1 before the first). ``pinged``: each feed's last ping.
+    """
+
+    kind: Literal["trigger", "watch"]
+    since: int | None
+    pinged: Mapping[int, int]
+    next_fire: int | None = None
+    open: tuple[tuple[str, int, int], ...] = ()
+    baselined: bool = True
+    last_open: int | None = None
+    building: str | None = None
+    alive: bool = True
+    covered: Mapping[int, int] = field(default_factory=dict)
+    after: int = -1
+
+
+def rule_progress(data: Mapping[str, Any]) -> RuleProgress:
+    """Read a :meth:`TriggerEvaluator.snapshot_state` (live, or as stored with the rule);
+    :class:`RuleStateError` if it is not one this build writes."""
+    kind = data.get("kind")
+    if data.get("version") != STATE_VERSION or kind not in ("trigger", "watch"):
+        raise RuleStateError(
+            f"state has version {data.get('version')!r} kind {kind!r}, expected version {STATE_VERSION}")
+    try:
+        pinged = {int(r): int(t) for r, t in data.get("pinged", [])}
+        since = _opt_int(data.get("since"))
+        if kind == "trigger":
+            return RuleProgress(
+                "trigger", since, pinged, next_fire=_opt_int(data["next_fire"]),
+                open=tuple(sorted((str(c), int(s), int(f)) for c, s, f in data["open"])),
+                baselined=bool(data.get("baselined", True)), last_open=_opt_int(data["last_open"]),
+            )
+        return RuleProgress(
+            "watch", since, pinged,
+            building=None if data["cei_id"] is None else str(data["cei_id"]), alive=bool(data["alive"]),
+            covered={int(r): int(s) for r, s in data["covered"]}, after=int(data["prev_last_start"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RuleStateError(f"malformed state ({exc!r})") from None

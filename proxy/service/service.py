@@ -103,7 +103,8 @@ from proxy.service.loop import ChrononLoop
 from proxy.service.metrics import ServiceMetrics
 from proxy.service.planning import PlanInputs, PlanReport, plan_inputs, run_plan
 from proxy.service.predicted import Predicted, predicted_probes
-from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids
+from proxy.service.rule_status import ProfileStatus, profile_status
+from proxy.service.runtime import Runtime, check_feeds, rule_feed_ids, rule_key
 from proxy.settings import Settings
 from proxy.store import (
     Delivery,
@@ -1069,6 +1070,40 @@ class ProxyService:
             await self.host.run(delete())
             changes.announce(ProfileChanged(user_id, "deleted", profile_id))
         log.info("profile_deleted", profile=profile_id, user=user_id)
+
+    async def profile_status(self, user_id: int, profile_id: int) -> ProfileStatus:
+        """Where each rule of the user's profile stands and what it waits for (docs/api.md,
+        "Rule status"). The loop's holder reads the rules' states and the feeds' models on the
+        loop's thread; a process without the loop reads the states as last stored (the writer
+        stores each change within a round) and the models the leader saved last."""
+        profile = await self.store.get_profile(user_id, profile_id)  # 404 for another's
+        feeds = {r.feed.id: r for r in await self.store.registered_feeds(
+            user_id, {f for rule in profile.rules for f in rule.feed_ids})}
+        now = self.clock.now()
+        after = now.timestamp()
+        rt = self._runtime
+        if rt is None:
+            saved = await self.saved_models()
+            models: dict[int, FeedModelEstimate | None] = {
+                fid: saved.estimate(reg.feed.resource, after=after) for fid, reg in feeds.items()}
+            return profile_status(profile, {r.id: r.state for r in profile.rules}, feeds, models,
+                                  self.clock, now, "saved")
+
+        def read() -> tuple[dict[int, Any], dict[int, FeedModelEstimate | None]]:
+            states: dict[int, Any] = {}
+            for rule in profile.rules:
+                try:
+                    states[rule.id] = rt.evaluator.snapshot_state(rule_key(rule.id))
+                except KeyError:  # not installed (yet, or its profile did not restore)
+                    states[rule.id] = None
+            live: dict[int, FeedModelEstimate | None] = {}
+            for fid in feeds:
+                slot = rt.feeds.by_id.get(fid)
+                live[fid] = None if slot is None else rt.models.estimate(slot.resource, after=after)
+            return states, live
+
+        states, models = await self.host.call(read)
+        return profile_status(profile, states, feeds, models, self.clock, now, "live")
 
     # ------------------------------------------------------------------ replicas (issue 21)
 

@@ -312,6 +312,7 @@ class WebUi:
             profile = await store.get_profile(session.user_id, profile_id)
             ceis = await store.list_ceis(session.user_id, profile_id, state, limit=40)  # type: ignore[arg-type]
             entries = await store.captured_entries(session.user_id, profile_id, limit=200)
+            rules_now = await service.profile_status(session.user_id, profile_id)
         except NotFoundError as exc:
             return self._not_found(request, session, exc)
         names = dict(await self._feed_choices(request, session))
@@ -322,7 +323,7 @@ class WebUi:
         if profile.notify:
             spec["notify"] = profile.notify
         return self._page(
-            request, "profile.html", session, status=status, profile=profile, ceis=ceis,
+            request, "profile.html", session, status=status, profile=profile, ceis=ceis, rules_now=rules_now,
             state=state or "", states=STATES, entries=by_cei, feed_names=names,
             timeline=Markup(timeline_svg(ceis, names, service.clock.start_of)),
             json_text=json_text or json.dumps(spec, indent=2), json_errors=json_errors or FormErrors(),
