@@ -55,7 +55,7 @@ async def test_the_status_names_the_feed_a_watch_rule_still_waits_for(database_u
         assert rule["waiting_for"] == [ids["b"]]  # what holds the CEI back
         assert [s["feed"] for s in rule["seen"]] == [ids["a"]]
         assert rule["building_cei"] == f"r{rule_id}:0" and rule["building_missed"] is False
-        assert rule["detail"] == f"r{rule_id}:0 has 1 of 2 feeds; waiting for feed {ids['b']}"
+        assert rule["explanation"] == f"r{rule_id}:0 has 1 of 2 feeds; waiting for feed {ids['b']}"
 
         farm.publish("b", title="bid 2")
 

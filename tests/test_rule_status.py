@@ -71,13 +71,13 @@ def test_a_watch_rule_names_the_feeds_it_still_waits_for() -> None:
     assert rule.waiting_for == (13,)  # the one feed holding the CEI back
     assert rule.seen == ((12, CLOCK.start_of(5)), (11, CLOCK.start_of(7)))
     assert rule.building_cei == "r1:0" and not rule.building_missed
-    assert rule.detail == "r1:0 has 2 of 3 feeds; waiting for feed 13"
+    assert rule.explanation == "r1:0 has 2 of 3 feeds; waiting for feed 13"
 
     ev.on_notification(FEEDS[13], 9)  # complete: the next CEI counts updates after chronon 9
     rule = _status(ev, profile, 10).rules[0]
     assert (rule.state, rule.waiting_for, rule.building_cei) == ("waiting", (11, 12, 13), None)
     assert rule.updates_from == CLOCK.start_of(10)
-    assert rule.detail == "waiting for an update of feeds 11, 12, 13 from 2026-11-02T00:10:00Z on"
+    assert rule.explanation == "waiting for an update of feeds 11, 12, 13 from 2026-11-02T00:10:00Z on"
 
 
 def test_a_watch_cei_the_engine_missed_is_shown_as_missed_while_it_finishes() -> None:
@@ -87,7 +87,7 @@ def test_a_watch_cei_the_engine_missed_is_shown_as_missed_while_it_finishes() ->
     rule = _status(ev, profile, 20).rules[0]
     assert (rule.state, rule.building_cei, rule.building_missed, rule.waiting_for) == (
         "building", "r1:0", True, (12,))
-    assert rule.detail.endswith("(already missed: it will be reported as missed)")
+    assert rule.explanation.endswith("(already missed: it will be reported as missed)")
 
 
 def test_an_update_trigger_waits_for_its_baseline_then_for_updates_then_decides() -> None:
@@ -95,7 +95,7 @@ def test_an_update_trigger_waits_for_its_baseline_then_for_updates_then_decides(
                            "query": [{"feed": "12", "within": "5m"}]}])
     rule = _status(ev, profile, 1).rules[0]
     assert (rule.kind, rule.state, rule.waiting_for) == ("trigger", "baseline", (11,))
-    assert "first successful probe of feed 11" in rule.detail
+    assert "first successful probe of feed 11" in rule.explanation
 
     ev.on_probe(FEEDS[11], 2, True, [])  # the baseline: the document as it was
     rule = _status(ev, profile, 3).rules[0]
@@ -106,7 +106,7 @@ def test_an_update_trigger_waits_for_its_baseline_then_for_updates_then_decides(
     assert rule.state == "deciding"
     assert rule.open_ceis == (("r1:0", CLOCK.start_of(4), CLOCK.start_of(10)),)
     assert rule.last_fired_at == CLOCK.start_of(4)
-    assert rule.detail == "fired; waiting for a probe of feed 11 before 2026-11-02T00:10:00Z"
+    assert rule.explanation == "fired; waiting for a probe of feed 11 before 2026-11-02T00:10:00Z"
 
 
 def test_a_temporal_trigger_shows_its_next_check() -> None:
@@ -114,14 +114,15 @@ def test_a_temporal_trigger_shows_its_next_check() -> None:
                            "query": [{"feed": "13", "within": "5m"}]}], since=None)
     rule = _status(ev, profile, 0).rules[0]
     assert (rule.state, rule.next_check_at) == ("scheduled", None)  # anchored at the next tick
-    assert rule.detail == "its schedule starts at the next tick"
+    assert rule.explanation == "its schedule starts at the next tick"
     ev.on_tick(0)  # fires at 0: the next check is 15 chronons on
     rule = _status(ev, profile, 1).rules[0]
     assert rule.state == "deciding" and rule.open_ceis[0][0] == "r1:0"
+    assert rule.next_check_at == CLOCK.start_of(15)  # known while this one is being decided
     ev.on_probe(FEEDS[11], 1, True, [])  # decided (rank 1: nothing new)
     rule = _status(ev, profile, 2).rules[0]
     assert (rule.state, rule.next_check_at, rule.waiting_for) == ("scheduled", CLOCK.start_of(15), ())
-    assert rule.detail == "next check at 2026-11-02T00:15:00Z"
+    assert rule.explanation == "next check at 2026-11-02T00:15:00Z"
 
 
 def test_periods_pending_rules_and_unreadable_states_are_named() -> None:
@@ -139,8 +140,8 @@ def test_periods_pending_rules_and_unreadable_states_are_named() -> None:
     status = profile_status(profile, states, {f: _feed(f) for f in FEEDS}, {}, CLOCK, CLOCK.start_of(1), "saved")
     assert [(r.name, r.state) for r in status.rules] == [
         ("later", "not_started"), ("over", "ended"), ("new", "pending"), ("odd", "unknown")]
-    assert status.rules[0].detail == "its period starts at 2026-12-01T00:00:00Z"
-    assert "version 99" in status.rules[3].detail
+    assert status.rules[0].explanation == "its period starts at 2026-12-01T00:00:00Z"
+    assert "version 99" in status.rules[3].explanation
     assert status.source == "saved"
 
 

@@ -100,7 +100,7 @@ async def test_the_profile_page_says_what_each_rule_waits_for_as_the_api_does(we
     row = re.search(r'<tr class="rule-building">(.*?)</tr>', page.text, re.S)
     assert row, page.text[:2000]
     cells = [" ".join(c.split()) for c in re.findall(r"<td>(.*?)</td>", row.group(1), re.S)]
-    assert cells == ["both", "building", rule["detail"], urls[1]]  # the feed by the user's own URL
+    assert cells == ["both", "building", rule["explanation"], urls[1]]  # the feed by the user's own URL
 
 
 def _csrf(page: str) -> str:

@@ -493,7 +493,7 @@ class OpenCeiOut(BaseModel):
 
 
 class RuleStatusOut(BaseModel):
-    """Where one rule stands (docs/api.md, "Rule status"): ``state`` in a word, ``detail`` in a
+    """Where one rule stands (docs/api.md, "Rule status"): ``state`` in a word, ``explanation`` in a
     sentence, then the facts: the feeds whose next update it waits for, a watch rule's CEI
     being built and the updates already in it, a trigger rule's next check and its fired CEIs
     not yet decided."""
@@ -502,7 +502,7 @@ class RuleStatusOut(BaseModel):
     name: str
     kind: Literal["trigger", "watch"]
     state: RuleState
-    detail: str
+    explanation: str
     waiting_for: list[int]
     seen: list[SeenUpdateOut]
     building_cei: str | None
@@ -543,7 +543,7 @@ class ProfileStatusOut(BaseModel):
         return cls(
             profile_id=s.profile_id, at=s.at, source=s.source,
             rules=[RuleStatusOut(
-                id=r.id, name=r.name, kind=r.kind, state=r.state, detail=r.detail,
+                id=r.id, name=r.name, kind=r.kind, state=r.state, explanation=r.explanation,
                 waiting_for=list(r.waiting_for), seen=[SeenUpdateOut(feed=f, at=t) for f, t in r.seen],
                 building_cei=r.building_cei, building_missed=r.building_missed, updates_from=r.updates_from,
                 next_check_at=r.next_check_at,

@@ -51,19 +51,19 @@ class FeedStatus:
 
 @dataclass(frozen=True, slots=True)
 class RuleStatus:
-    """One rule: ``state`` in a word, ``detail`` in a sentence, and the facts behind them."""
+    """One rule: ``state`` in a word, ``explanation`` in a sentence, and the facts behind them."""
 
     id: int
     name: str
     kind: Literal["trigger", "watch"]
     state: RuleState
-    detail: str
+    explanation: str
     waiting_for: tuple[int, ...] = ()  # feeds whose next update the rule waits for
     seen: tuple[tuple[int, dt.datetime], ...] = ()  # watch: each feed's update in the CEI being built
     building_cei: str | None = None  # watch: the CEI being built
     building_missed: bool = False  # watch: that CEI is already missed (it finishes, reported missed)
     updates_from: dt.datetime | None = None  # watch: the next CEI counts updates from this instant on
-    next_check_at: dt.datetime | None = None  # temporal trigger: the next check
+    next_check_at: dt.datetime | None = None  # temporal trigger: the next check (once anchored)
     open_ceis: tuple[tuple[str, dt.datetime, dt.datetime], ...] = ()  # trigger: fired, not decided
     last_fired_at: dt.datetime | None = None  # trigger: when its last CEI opened
 
@@ -153,21 +153,22 @@ def _watch(base: RuleStatus, feeds: list[int], p: RuleProgress, fid: Any, at: An
     names = _feeds(waiting)
     if p.building is None:
         state: RuleState = "waiting"
-        detail = f"waiting for an update of {names}" + (
+        explanation = f"waiting for an update of {names}" + (
             f" from {_iso(start)} on" if start is not None else "")
     else:
         state = "building"
-        detail = f"{p.building} has {len(seen)} of {len(covered) + len(waiting)} feeds; waiting for {names}"
+        explanation = f"{p.building} has {len(seen)} of {len(covered) + len(waiting)} feeds; waiting for {names}"
         if not p.alive:
-            detail += " (already missed: it will be reported as missed)"
-    return _with(base, state, detail, waiting_for=waiting, seen=seen, building_cei=p.building,
+            explanation += " (already missed: it will be reported as missed)"
+    return _with(base, state, explanation, waiting_for=waiting, seen=seen, building_cei=p.building,
                  building_missed=p.building is not None and not p.alive, updates_from=start)
 
 
 def _trigger(base: RuleStatus, feed: int, on_update: bool, p: RuleProgress, at: Any) -> RuleStatus:
     opened = tuple((c, at(s), at(f + 1)) for c, s, f in p.open)
     last = None if p.last_open is None else at(p.last_open)
-    common: dict[str, Any] = {"open_ceis": opened, "last_fired_at": last}
+    nxt = None if p.next_fire is None else at(p.next_fire)
+    common: dict[str, Any] = {"open_ceis": opened, "last_fired_at": last, "next_check_at": nxt}
     if not p.baselined:
         return _with(base, "baseline", f"waiting for the first successful probe of feed {feed}: "
                      "its entries set the baseline new ones are counted from", waiting_for=(feed,), **common)
@@ -178,14 +179,13 @@ def _trigger(base: RuleStatus, feed: int, on_update: bool, p: RuleProgress, at: 
     if on_update:
         return _with(base, "waiting", f"waiting for an update of feed {feed} (a ping, or a probe "
                      "that finds new entries)", waiting_for=(feed,), **common)
-    if p.next_fire is None:
+    if nxt is None:
         return _with(base, "scheduled", "its schedule starts at the next tick", **common)
-    nxt = at(p.next_fire)
-    return _with(base, "scheduled", f"next check at {_iso(nxt)}", next_check_at=nxt, **common)
+    return _with(base, "scheduled", f"next check at {_iso(nxt)}", **common)
 
 
-def _with(base: RuleStatus, state: RuleState, detail: str, **changes: Any) -> RuleStatus:
-    return dataclasses.replace(base, state=state, detail=detail, **changes)
+def _with(base: RuleStatus, state: RuleState, explanation: str, **changes: Any) -> RuleStatus:
+    return dataclasses.replace(base, state=state, explanation=explanation, **changes)
 
 
 def _feeds(ids: tuple[int, ...]) -> str:
