@@ -87,7 +87,8 @@ def test_a_watch_cei_the_engine_missed_is_shown_as_missed_while_it_finishes() ->
     rule = _status(ev, profile, 20).rules[0]
     assert (rule.state, rule.building_cei, rule.building_missed, rule.waiting_for) == (
         "building", "r1:0", True, (12,))
-    assert rule.explanation.endswith("(already missed: it will be reported as missed)")
+    assert rule.explanation.endswith("(already missed; it still takes the other feeds' updates, so the next CEI "
+                                     "starts after them)")
 
 
 def test_an_update_trigger_waits_for_its_baseline_then_for_updates_then_decides() -> None:

@@ -61,7 +61,7 @@ class RuleStatus:
     waiting_for: tuple[int, ...] = ()  # feeds whose next update the rule waits for
     seen: tuple[tuple[int, dt.datetime], ...] = ()  # watch: each feed's update in the CEI being built
     building_cei: str | None = None  # watch: the CEI being built
-    building_missed: bool = False  # watch: that CEI is already missed (it finishes, reported missed)
+    building_missed: bool = False  # watch: that CEI was missed; it is still built, silently
     updates_from: dt.datetime | None = None  # watch: the next CEI counts updates from this instant on
     next_check_at: dt.datetime | None = None  # temporal trigger: the next check (once anchored)
     open_ceis: tuple[tuple[str, dt.datetime, dt.datetime], ...] = ()  # trigger: fired, not decided
@@ -159,7 +159,8 @@ def _watch(base: RuleStatus, feeds: list[int], p: RuleProgress, fid: Any, at: An
         state = "building"
         explanation = f"{p.building} has {len(seen)} of {len(covered) + len(waiting)} feeds; waiting for {names}"
         if not p.alive:
-            explanation += " (already missed: it will be reported as missed)"
+            explanation += (" (already missed; it still takes the other feeds' updates, so the next CEI"
+                            " starts after them)")
     return _with(base, state, explanation, waiting_for=waiting, seen=seen, building_cei=p.building,
                  building_missed=p.building is not None and not p.alive, updates_from=start)
 
