@@ -7,7 +7,8 @@ dates (their probes are censored). Each feed is fetched once (a document with
 its last 20 entries), then probed at its own fixed interval (5..60 min) until
 ``--probes`` probes in all. Measured: µs per ``observe_probe`` (learning,
 model choices and population refits included), µs per ``estimate`` and per
-``expected_updates``, and how well the rates and the kinds are recovered.
+``expected_updates``, the saved snapshot's size and the time to restore it, and how
+well the rates and the kinds are recovered.
 
 Usage: .venv/bin/python benchmarks/machinery/bench_update_models.py [--feeds 10000] [--probes 1000000] [--out docs/discovery.md]
 """
@@ -15,6 +16,7 @@ Usage: .venv/bin/python benchmarks/machinery/bench_update_models.py [--feeds 100
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -88,6 +90,14 @@ def run(n_feeds: int, n_probes: int, seed: int) -> dict[str, object]:
     for i in range(n_feeds):
         models.expected_updates(i, last[i], last[i] + HOUR)
     t_exp = time.perf_counter() - t
+    # What the leader saves every five minutes, and what a restart or an API replica reads back.
+    t = time.perf_counter()
+    text = json.dumps(models.snapshot())
+    t_save = time.perf_counter() - t
+    data = json.loads(text)
+    t = time.perf_counter()
+    FeedUpdateModels().restore(data)
+    t_restore = time.perf_counter() - t
     errors: dict[str, list[float]] = {}
     chosen: dict[str, dict[str, int]] = {}
     for (kind, mean, _, dated), est in zip(feeds, estimates, strict=True):
@@ -99,6 +109,7 @@ def run(n_feeds: int, n_probes: int, seed: int) -> dict[str, object]:
         "probe_us": 1e6 * t_obs / calls, "calls": calls, "estimate_us": 1e6 * t_est / n_feeds,
         "expected_us": 1e6 * t_exp / n_feeds, "errors": errors, "chosen": chosen,
         "prior": models.prior, "per_feed": per_feed,
+        "snapshot_mb": len(text.encode()) / 1e6, "save_s": t_save, "restore_s": t_restore,
     }
 
 
@@ -115,6 +126,8 @@ def render(args: argparse.Namespace, r: dict[str, object]) -> str:
         f"| `observe_probe`, {r['calls']:,} probes over {args.feeds:,} feeds (model choices and population refits included) | {r['probe_us']:.1f} µs per probe |",
         f"| `estimate` (one per feed, after the run) | {r['estimate_us']:.1f} µs |",
         f"| `expected_updates` over the next hour | {r['expected_us']:.1f} µs |",
+        f"| `snapshot` as JSON (what the leader saves every five minutes) | {r['snapshot_mb']:.1f} MB in {r['save_s']:.2f} s |",
+        f"| `restore` from the parsed JSON (a restart; an API replica, at most once a minute) | {r['restore_s']:.2f} s |",
         "",
         f"Rate recovery after {r['per_feed']} probes per feed (relative error of `rate_per_hour` against the true mean rate) "
         "and the kinds chosen:",
