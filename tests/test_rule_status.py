@@ -22,7 +22,7 @@ from proxy.rules import (
     rule_progress,
 )
 from proxy.service.rule_status import profile_status
-from proxy.store import Feed, Profile, RegisteredFeed, Registration, Rule
+from proxy.store import Cei, Ei, Feed, Profile, RegisteredFeed, Registration, Rule
 
 ORIGIN = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)  # a Monday
 CLOCK = ChrononGrid(ORIGIN, 60.0)
@@ -52,10 +52,19 @@ def _setup(rules: list[dict[str, Any]], since: int | None = 0) -> tuple[TriggerE
 
 
 def _status(ev: TriggerEvaluator, profile: Profile, t: int,
-            models: dict[int, FeedModelEstimate | None] | None = None) -> Any:
+            models: dict[int, FeedModelEstimate | None] | None = None, pending: tuple[Cei, ...] = ()) -> Any:
     states = {rule.id: ev.snapshot_state(f"r{rule.id}") for rule in profile.rules}
     return profile_status(profile, states, {f: _feed(f) for f in FEEDS}, models or {}, CLOCK,
-                          CLOCK.start_of(t), "live")
+                          CLOCK.start_of(t), "live", pending)
+
+
+def _cei(cei_id: str, rule: int, eis: list[tuple[int, int, int, str]]) -> Cei:
+    """A stored pending CEI: EIs as (feed id, start, finish, state)."""
+    return Cei(id=cei_id, profile_id=1, rule_id=rule, release=eis[0][1], sealed=True, state="pending",
+               resolved_chronon=None, created_at=ORIGIN, fired=True, eis=tuple(
+                   Ei(id=i, cei_id=cei_id, ordinal=i, feed_id=f, start=a, finish=b, reveal=None, state=st,
+                      captured_chronon=a if st == "captured" else None, captured_probe_id=None)
+                   for i, (f, a, b, st) in enumerate(eis)))
 
 
 def test_a_watch_rule_names_the_feeds_it_still_waits_for() -> None:
@@ -124,6 +133,26 @@ def test_a_temporal_trigger_shows_its_next_check() -> None:
     rule = _status(ev, profile, 2).rules[0]
     assert (rule.state, rule.next_check_at, rule.waiting_for) == ("scheduled", CLOCK.start_of(15), ())
     assert rule.explanation == "next check at 2026-11-02T00:15:00Z"
+
+
+def test_a_fired_trigger_names_the_probes_its_query_feeds_still_need() -> None:
+    ev, profile = _setup([{"name": "digest", "trigger": {"feed": "11", "every": "15m", "slack": "2m"},
+                           "query": [{"feed": "12", "within": "5m"}, {"feed": "13", "within": "8m"}]}],
+                         since=None)
+    ev.on_tick(0)
+    ev.on_probe(FEEDS[11], 1, True, [])  # decided: the trigger EI captured at 1
+    # As stored: the trigger EI captured, the query EIs [1, 6] and [1, 9] not yet.
+    stored = _cei("r1:0", 1, [(11, 0, 2, "captured"), (12, 1, 6, "pending"), (13, 1, 9, "pending")])
+    other = _cei("r9:0", 9, [(12, 0, 3, "pending")])  # another rule's: not this one's
+    rule = _status(ev, profile, 2, pending=(stored, other)).rules[0]
+    assert (rule.state, rule.pending_ceis) == ("capturing", 1)
+    assert rule.probes_due == (("r1:0", 12, CLOCK.start_of(1), CLOCK.start_of(7)),
+                               ("r1:0", 13, CLOCK.start_of(1), CLOCK.start_of(10)))
+    assert rule.explanation == ("fired; still to probe feed 12 before 2026-11-02T00:07:00Z, "
+                                "feed 13 before 2026-11-02T00:10:00Z")
+    assert rule.next_check_at == CLOCK.start_of(15)
+    # Resolved (nothing pending): back to its schedule.
+    assert _status(ev, profile, 8).rules[0].state == "scheduled"
 
 
 def test_periods_pending_rules_and_unreadable_states_are_named() -> None:

@@ -23,7 +23,7 @@ import pytest
 from proxy.api import make_app
 from proxy.rules import ProfileSpec
 from proxy.service import ProxyService
-from tests.test_e2e_support import e2e_settings
+from tests.test_e2e_support import e2e_settings, eventually
 
 ALICE_SECRET_URL = "http://127.0.0.1:9/alice.xml?token=alice-secret"
 
@@ -93,14 +93,22 @@ async def test_the_profile_page_says_what_each_rule_waits_for_as_the_api_does(we
     pid = (await alice.client.post("/api/v1/profiles", json=spec, headers=alice.api())).json()["id"]
     assert await service.ping(first, regs[0]["ping_token"]) == 1  # the first feed's update opens the CEI
 
-    api = (await alice.client.get(f"/api/v1/profiles/{pid}/status", headers=alice.api())).json()
-    rule = api["rules"][0]
+    async def stored() -> dict[str, Any]:  # the CEI the ping opened, once the writer stored it
+        api = (await alice.client.get(f"/api/v1/profiles/{pid}/status", headers=alice.api())).json()
+        return dict(api["rules"][0]) if api["rules"][0]["pending_ceis"] else {}
+
+    rule = await eventually(stored, within=10, what="the CEI stored")
     assert (rule["state"], rule["waiting_for"]) == ("building", [second])
+    # Not probed yet (this service does not tick): the first feed's EI is the probe it needs.
+    assert rule["pending_ceis"] == 1
+    assert [(d["cei"], d["feed"]) for d in rule["probes_due"]] == [(rule["building_cei"], first)]
     page = await alice.get(f"/profiles/{pid}")
     row = re.search(r'<tr class="rule-building">(.*?)</tr>', page.text, re.S)
     assert row, page.text[:2000]
     cells = [" ".join(c.split()) for c in re.findall(r"<td>(.*?)</td>", row.group(1), re.S)]
-    assert cells == ["both", "building", rule["explanation"], urls[1]]  # the feed by the user's own URL
+    due = dt.datetime.fromisoformat(rule["probes_due"][0]["window_end"])
+    # The feeds by the user's own URLs.
+    assert cells == ["both", "building", rule["explanation"], urls[1], f"{urls[0]} before {due:%H:%M:%S}"]
 
 
 def _csrf(page: str) -> str:

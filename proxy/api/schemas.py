@@ -492,11 +492,21 @@ class OpenCeiOut(BaseModel):
     window_end: dt.datetime
 
 
+class ProbeDueOut(BaseModel):
+    """An EI of one of the rule's pending CEIs that no probe has captured yet: a probe of
+    ``feed`` within ``[window_start, window_end)`` captures it."""
+
+    cei: str
+    feed: int
+    window_start: dt.datetime
+    window_end: dt.datetime
+
+
 class RuleStatusOut(BaseModel):
     """Where one rule stands (docs/api.md, "Rule status"): ``state`` in a word, ``explanation`` in a
     sentence, then the facts: the feeds whose next update it waits for, a watch rule's CEI
     being built and the updates already in it, a trigger rule's next check and its fired CEIs
-    not yet decided."""
+    not yet decided, and the probes its pending CEIs still need (``probes_due``)."""
 
     id: int
     name: str
@@ -511,6 +521,8 @@ class RuleStatusOut(BaseModel):
     next_check_at: dt.datetime | None
     open_ceis: list[OpenCeiOut]
     last_fired_at: dt.datetime | None
+    pending_ceis: int
+    probes_due: list[ProbeDueOut]
 
 
 class FeedStatusOut(BaseModel):
@@ -548,7 +560,8 @@ class ProfileStatusOut(BaseModel):
                 building_cei=r.building_cei, building_missed=r.building_missed, updates_from=r.updates_from,
                 next_check_at=r.next_check_at,
                 open_ceis=[OpenCeiOut(id=c, window_start=a, window_end=b) for c, a, b in r.open_ceis],
-                last_fired_at=r.last_fired_at,
+                last_fired_at=r.last_fired_at, pending_ceis=r.pending_ceis,
+                probes_due=[ProbeDueOut(cei=c, feed=f, window_start=a, window_end=b) for c, f, a, b in r.probes_due],
             ) for r in s.rules],
             feeds=[FeedStatusOut(
                 id=f.id, url=f.url, last_probe_at=f.last_probe_at, last_outcome=f.last_outcome,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,12 +24,13 @@ from pydantic import ValidationError as PydanticValidationError
 
 from proxy.rules import FeedModelEstimate, RuleProgress, RuleSpec, RuleStateError, rule_progress
 from proxy.rules.ports import ChrononMapping
-from proxy.store import Profile, RegisteredFeed
+from proxy.store import Cei, Profile, RegisteredFeed
 
 __all__ = ["FeedStatus", "ProfileStatus", "RuleState", "RuleStatus", "profile_status"]
 
 RuleState = Literal[
-    "pending", "not_started", "ended", "baseline", "deciding", "scheduled", "waiting", "building", "unknown",
+    "pending", "not_started", "ended", "baseline", "deciding", "capturing", "scheduled", "waiting",
+    "building", "unknown",
 ]
 """One word per rule (``docs/api.md``, "Rule status")."""
 
@@ -66,6 +67,9 @@ class RuleStatus:
     next_check_at: dt.datetime | None = None  # temporal trigger: the next check (once anchored)
     open_ceis: tuple[tuple[str, dt.datetime, dt.datetime], ...] = ()  # trigger: fired, not decided
     last_fired_at: dt.datetime | None = None  # trigger: when its last CEI opened
+    pending_ceis: int = 0  # the rule's CEIs not resolved yet (captured or missed)
+    # Their EIs no probe has captured yet: (CEI id, feed id, window start, window end), by end.
+    probes_due: tuple[tuple[str, int, dt.datetime, dt.datetime], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,17 +89,29 @@ def profile_status(
     clock: ChrononMapping,
     now: dt.datetime,
     source: Literal["live", "saved"],
+    pending: Sequence[Cei] = (),
 ) -> ProfileStatus:
     """``states``: rule id -> the rule's evaluator state (``None`` or missing: not installed
-    yet); ``feeds`` and ``models`` by feed id (``models``: POSIX seconds)."""
+    yet); ``feeds`` and ``models`` by feed id (``models``: POSIX seconds); ``pending``: the
+    profile's CEIs not resolved yet, as stored."""
     resource_of = {fid: r.feed.resource for fid, r in feeds.items()}
     feed_of = {res: fid for fid, res in resource_of.items()}
 
     def at(t: int) -> dt.datetime:
         return clock.start_of(t)
 
-    rules = tuple(_rule(rule.id, rule.name, rule.spec, states.get(rule.id), feed_of, at, now)
-                  for rule in profile.rules)
+    ceis: dict[int, list[Cei]] = {}
+    for cei in pending:
+        if cei.rule_id is not None:
+            ceis.setdefault(cei.rule_id, []).append(cei)
+    rules = []
+    for rule in profile.rules:
+        mine = ceis.get(rule.id, [])
+        due = sorted(((c.id, ei.feed_id, at(ei.start), at(ei.finish + 1)) for c in mine for ei in c.eis
+                      if ei.state == "pending"), key=lambda d: (d[3], d[0], d[1]))
+        base = RuleStatus(rule.id, rule.name, "trigger", "unknown", "", pending_ceis=len(mine),
+                          probes_due=tuple(due))
+        rules.append(_rule(base, rule.spec, states.get(rule.id), feed_of, at, now))
     out = []
     for fid in sorted({f for rule in profile.rules for f in rule.feed_ids}):
         reg = feeds.get(fid)
@@ -111,19 +127,17 @@ def profile_status(
             consecutive_errors=f.consecutive_errors, next_allowed_at=f.next_allowed_at, disabled=f.disabled,
             model_kind=None if model is None else model.kind, next_expected_update_at=expected,
         ))
-    return ProfileStatus(profile.id, now, source, rules, tuple(out))
+    return ProfileStatus(profile.id, now, source, tuple(rules), tuple(out))
 
 
 def _rule(
-    rule_id: int, name: str, raw_spec: Any, state: Any, feed_of: Mapping[int, int],
-    at: Any, now: dt.datetime,
+    base: RuleStatus, raw_spec: Any, state: Any, feed_of: Mapping[int, int], at: Any, now: dt.datetime,
 ) -> RuleStatus:
     try:
         spec = RuleSpec.model_validate(raw_spec)
     except PydanticValidationError:
-        return RuleStatus(rule_id, name, "trigger", "unknown", "the stored rule no longer validates")
-    kind: Literal["trigger", "watch"] = "watch" if spec.watch is not None else "trigger"
-    base = RuleStatus(rule_id, name, kind, "unknown", "")
+        return _with(base, "unknown", "the stored rule no longer validates")
+    base = dataclasses.replace(base, kind="watch" if spec.watch is not None else "trigger")
     if spec.period is not None:
         if spec.period.start is not None and now < spec.period.start:
             return _with(base, "not_started", f"its period starts at {_iso(spec.period.start)}")
@@ -177,6 +191,13 @@ def _trigger(base: RuleStatus, feed: int, on_update: bool, p: RuleProgress, at: 
         ends = ", ".join(_iso(end) for _, _, end in opened)
         return _with(base, "deciding", f"fired; waiting for a probe of feed {feed} before {ends}",
                      waiting_for=(feed,), **common)
+    if base.probes_due:
+        first: dict[int, dt.datetime] = {}
+        for _, f, _, end in base.probes_due:  # by window end: each feed's first deadline
+            first.setdefault(f, end)
+        todo = ", ".join(f"feed {f} before {_iso(end)}" for f, end in first.items())
+        return _with(base, "capturing", f"fired; still to probe {todo}",
+                     waiting_for=(feed,) if on_update else (), **common)
     if on_update:
         return _with(base, "waiting", f"waiting for an update of feed {feed} (a ping, or a probe "
                      "that finds new entries)", waiting_for=(feed,), **common)

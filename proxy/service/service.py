@@ -134,6 +134,8 @@ ORIGIN_KEY = "chronon_origin"
 #: models it read from the database (:meth:`ProxyService.update_model`, :meth:`ProxyService.plan`).
 #: The leader saves them every five minutes, so a minute adds little staleness.
 SAVED_MODELS_TTL_SECONDS = 60.0
+#: Rule status reads at most this many of a profile's pending CEIs (the newest).
+STATUS_PENDING_CEIS = 1000
 READY_PING_SECONDS = 2.0  # /readyz: a database slower than this to answer SELECT 1 is down
 #: How long a write round may hold SQLite's one write lock, about (``Writer.round_seconds``):
 #: the lease's renewals and the API's own writes wait for it, and SQLite gives up after 5 s.
@@ -1079,6 +1081,7 @@ class ProxyService:
         profile = await self.store.get_profile(user_id, profile_id)  # 404 for another's
         feeds = {r.feed.id: r for r in await self.store.registered_feeds(
             user_id, {f for rule in profile.rules for f in rule.feed_ids})}
+        pending = await self.store.list_ceis(user_id, profile_id, "pending", limit=STATUS_PENDING_CEIS)
         now = self.clock.now()
         after = now.timestamp()
         rt = self._runtime
@@ -1087,7 +1090,7 @@ class ProxyService:
             models: dict[int, FeedModelEstimate | None] = {
                 fid: saved.estimate(reg.feed.resource, after=after) for fid, reg in feeds.items()}
             return profile_status(profile, {r.id: r.state for r in profile.rules}, feeds, models,
-                                  self.clock, now, "saved")
+                                  self.clock, now, "saved", pending)
 
         def read() -> tuple[dict[int, Any], dict[int, FeedModelEstimate | None]]:
             states: dict[int, Any] = {}
@@ -1103,7 +1106,7 @@ class ProxyService:
             return states, live
 
         states, models = await self.host.call(read)
-        return profile_status(profile, states, feeds, models, self.clock, now, "live")
+        return profile_status(profile, states, feeds, models, self.clock, now, "live", pending)
 
     # ------------------------------------------------------------------ replicas (issue 21)
 
