@@ -108,7 +108,7 @@ async def test_the_profile_page_says_what_each_rule_waits_for_as_the_api_does(we
     cells = [" ".join(c.split()) for c in re.findall(r"<td>(.*?)</td>", row.group(1), re.S)]
     due = dt.datetime.fromisoformat(rule["probes_due"][0]["window_end"])
     # The feeds by the user's own URLs.
-    assert cells == ["both", "building", rule["explanation"], urls[1], f"{urls[0]} before {due:%H:%M:%S}"]
+    assert cells == ["both", "building", rule["explanation"], urls[1], f"{urls[0]} before {due:%H:%M:%S} ({rule['building_cei']})"]
 
 
 def _csrf(page: str) -> str:
