@@ -21,7 +21,7 @@ from proxy.errors import ConflictError, ValidationError
 from proxy.farm import FeedFarm
 from proxy.rules import ProfileSpec
 from proxy.service import ProxyService
-from proxy.store import upgrade_database
+from proxy.store import Profile, RegisteredFeed, upgrade_database
 from tests.test_e2e_support import e2e_settings, eventually
 
 pytestmark = pytest.mark.postgres
@@ -117,6 +117,23 @@ async def test_a_refused_change_on_a_replica_stores_nothing(
     assert leader.runtime.evaluator.profile_ids() == []
 
 
+async def _watched_pair(
+    leader: ProxyService, replica: ProxyService, user: int, farm: FeedFarm
+) -> tuple[RegisteredFeed, RegisteredFeed, Profile]:
+    """Feeds a and b registered through the replica and known to the leader, and a watch rule
+    over both stored through the replica."""
+    a, _ = await replica.register_feed(user, farm.url("a"))
+    b, _ = await replica.register_feed(user, farm.url("b"))
+
+    async def feeds_known() -> bool:
+        return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
+
+    await eventually(feeds_known, within=20, what="the leader learning the feeds")
+    watch = {"name": "pair", "rules": [{"name": "w", "watch": {
+        "feeds": [str(a.feed.id), str(b.feed.id)], "within": "10m"}}]}
+    return a, b, await replica.create_profile(user, ProfileSpec.model_validate(watch))
+
+
 async def test_a_replica_reads_the_update_models_the_leader_saved(
     pair: tuple[ProxyService, ProxyService]
 ) -> None:
@@ -127,16 +144,7 @@ async def test_a_replica_reads_the_update_models_the_leader_saved(
     user, key = await leader.store.create_user("carol")
     auth = {"Authorization": f"Bearer {key}"}
     async with FeedFarm(["a", "b"], prefill=1) as farm:
-        a, _ = await replica.register_feed(user, farm.url("a"))
-        b, _ = await replica.register_feed(user, farm.url("b"))
-
-        async def feeds_known() -> bool:
-            return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
-
-        await eventually(feeds_known, within=20, what="the leader learning the feeds")
-        watch = {"name": "pair", "rules": [{"name": "w", "watch": {
-            "feeds": [str(a.feed.id), str(b.feed.id)], "within": "10m"}}]}
-        await replica.create_profile(user, ProfileSpec.model_validate(watch))
+        a, b, _ = await _watched_pair(leader, replica, user, farm)
         # The leader learns a half-hourly feed from a document's dates, then saves its models
         # the way its housekeeping does every five minutes.
         now = leader.clock.now().timestamp()
@@ -170,16 +178,7 @@ async def test_a_replica_shows_rule_status_from_the_states_the_leader_stored(
     leader, replica = pair
     user, key = await leader.store.create_user("dave")
     async with FeedFarm(["a", "b"], prefill=1) as farm:
-        a, _ = await replica.register_feed(user, farm.url("a"))
-        b, _ = await replica.register_feed(user, farm.url("b"))
-
-        async def feeds_known() -> bool:
-            return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
-
-        await eventually(feeds_known, within=20, what="the leader learning the feeds")
-        watch = {"name": "pair", "rules": [{"name": "w", "watch": {
-            "feeds": [str(a.feed.id), str(b.feed.id)], "within": "10m"}}]}
-        profile = await replica.create_profile(user, ProfileSpec.model_validate(watch))
+        a, b, profile = await _watched_pair(leader, replica, user, farm)
 
         async def installed() -> bool:
             return str(profile.id) in leader.runtime.evaluator.profile_ids()

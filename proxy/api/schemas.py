@@ -563,9 +563,5 @@ class ProfileStatusOut(BaseModel):
                 last_fired_at=r.last_fired_at, pending_ceis=r.pending_ceis,
                 probes_due=[ProbeDueOut(cei=c, feed=f, window_start=a, window_end=b) for c, f, a, b in r.probes_due],
             ) for r in s.rules],
-            feeds=[FeedStatusOut(
-                id=f.id, url=f.url, last_probe_at=f.last_probe_at, last_outcome=f.last_outcome,
-                consecutive_errors=f.consecutive_errors, next_allowed_at=f.next_allowed_at,
-                disabled=f.disabled, model_kind=f.model_kind, next_expected_update_at=f.next_expected_update_at,
-            ) for f in s.feeds],
+            feeds=[FeedStatusOut.model_validate(f, from_attributes=True) for f in s.feeds],
         )
