@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +27,9 @@ from proxy.rules.ports import ChrononMapping
 from proxy.store import Cei, Profile, RegisteredFeed
 
 __all__ = ["FeedStatus", "ProfileStatus", "RuleState", "RuleStatus", "profile_status"]
+
+At = Callable[[int], dt.datetime]
+"""A chronon's start in wall time."""
 
 RuleState = Literal[
     "pending", "not_started", "ended", "baseline", "deciding", "capturing", "scheduled", "waiting",
@@ -131,7 +134,7 @@ def profile_status(
 
 
 def _rule(
-    base: RuleStatus, raw_spec: Any, state: Any, feed_of: Mapping[int, int], at: Any, now: dt.datetime,
+    base: RuleStatus, raw_spec: Any, state: Any, feed_of: Mapping[int, int], at: At, now: dt.datetime,
 ) -> RuleStatus:
     try:
         spec = RuleSpec.model_validate(raw_spec)
@@ -159,7 +162,7 @@ def _rule(
     return _trigger(base, int(spec.trigger.feed), spec.trigger.on is not None, progress, at)
 
 
-def _watch(base: RuleStatus, feeds: list[int], p: RuleProgress, fid: Any, at: Any) -> RuleStatus:
+def _watch(base: RuleStatus, feeds: list[int], p: RuleProgress, fid: Callable[[int], int], at: At) -> RuleStatus:
     seen = tuple(sorted(((fid(r), at(t)) for r, t in p.covered.items()), key=lambda x: x[1]))
     covered = {f for f, _ in seen}
     waiting = tuple(f for f in dict.fromkeys(feeds) if f not in covered)
@@ -179,7 +182,7 @@ def _watch(base: RuleStatus, feeds: list[int], p: RuleProgress, fid: Any, at: An
                  building_missed=p.building is not None and not p.alive, updates_from=start)
 
 
-def _trigger(base: RuleStatus, feed: int, on_update: bool, p: RuleProgress, at: Any) -> RuleStatus:
+def _trigger(base: RuleStatus, feed: int, on_update: bool, p: RuleProgress, at: At) -> RuleStatus:
     opened = tuple((c, at(s), at(f + 1)) for c, s, f in p.open)
     last = None if p.last_open is None else at(p.last_open)
     nxt = None if p.next_fire is None else at(p.next_fire)
