@@ -1203,14 +1203,12 @@ class RuleProgress:
     the CEIs fired and not yet decided (id, trigger window), ``baselined`` False until the
     first successful probe of the feed after the rule was made, ``last_open`` the chronon the
     last CEI opened. Watch rules: ``building`` the CEI being assembled (``None`` between
-    two), ``alive`` False once the engine missed it (it is finished but reported as missed),
+    two), ``alive`` False once the engine missed it (reported missed, still built silently),
     ``covered`` each feed's update in it, ``after`` the chronon only later updates count after
-    (the previous CEI's last update; -1 before the first). ``pinged``: each feed's last ping.
+    (the previous CEI's last update; -1 before the first).
     """
 
     kind: Literal["trigger", "watch"]
-    since: int | None
-    pinged: Mapping[int, int]
     next_fire: int | None = None
     open: tuple[tuple[str, int, int], ...] = ()
     baselined: bool = True
@@ -1229,16 +1227,14 @@ def rule_progress(data: Mapping[str, Any]) -> RuleProgress:
         raise RuleStateError(
             f"state has version {data.get('version')!r} kind {kind!r}, expected version {STATE_VERSION}")
     try:
-        pinged = {int(r): int(t) for r, t in data.get("pinged", [])}
-        since = _opt_int(data.get("since"))
         if kind == "trigger":
             return RuleProgress(
-                "trigger", since, pinged, next_fire=_opt_int(data["next_fire"]),
+                "trigger", next_fire=_opt_int(data["next_fire"]),
                 open=tuple(sorted((str(c), int(s), int(f)) for c, s, f in data["open"])),
                 baselined=bool(data.get("baselined", True)), last_open=_opt_int(data["last_open"]),
             )
         return RuleProgress(
-            "watch", since, pinged,
+            "watch",
             building=None if data["cei_id"] is None else str(data["cei_id"]), alive=bool(data["alive"]),
             covered={int(r): int(s) for r, s in data["covered"]}, after=int(data["prev_last_start"]),
         )

@@ -97,12 +97,8 @@ def profile_status(
     """``states``: rule id -> the rule's evaluator state (``None`` or missing: not installed
     yet); ``feeds`` and ``models`` by feed id (``models``: POSIX seconds); ``pending``: the
     profile's CEIs not resolved yet, as stored."""
-    resource_of = {fid: r.feed.resource for fid, r in feeds.items()}
-    feed_of = {res: fid for fid, res in resource_of.items()}
-
-    def at(t: int) -> dt.datetime:
-        return clock.start_of(t)
-
+    feed_of = {r.feed.resource: fid for fid, r in feeds.items()}
+    at: At = clock.start_of
     ceis: dict[int, list[Cei]] = {}
     for cei in pending:
         if cei.rule_id is not None:
