@@ -422,10 +422,7 @@ class AccountsAndFeeds(StoreBase):
         )
         async with self._tx() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [RegisteredFeed(Registration(
-            id=row.r_id, user_id=row.r_user_id, feed_id=row.r_feed_id, url=row.r_url,
-            ping_token=row.r_ping_token, created_at=row.r_created_at,
-        ), _feed(row)) for row in rows]
+        return [RegisteredFeed(_registration(row, "r_"), _feed(row)) for row in rows]
 
     async def count_registered_feeds(self, user_id: int) -> int:
         """How many feeds ``user_id`` registered (one indexed count)."""
@@ -484,19 +481,11 @@ class AccountsAndFeeds(StoreBase):
         )
         async with self._tx() as conn:
             rows = (await conn.execute(stmt)).all()
-        out = []
-        for row in rows:
-            registration = Registration(
-                id=row.r_id, user_id=row.r_user_id, feed_id=row.r_feed_id, url=row.r_url,
-                ping_token=row.r_ping_token, created_at=row.r_created_at,
-            )
-            out.append(
-                RegisteredFeed(
-                    registration, _feed(row), probes=int(row.probe_count),
-                    entries=int(row.entry_count), profiles=int(row.profile_count),
-                )
-            )
-        return out
+        return [
+            RegisteredFeed(_registration(row, "r_"), _feed(row), probes=int(row.probe_count),
+                           entries=int(row.entry_count), profiles=int(row.profile_count))
+            for row in rows
+        ]
 
     async def registered_feed_ids(self, user_id: int) -> set[int]:
         """The ids of the feeds ``user_id`` registered (what their rules may name)."""

@@ -145,15 +145,11 @@ def _feed(row: Any) -> Feed:
     )
 
 
-def _registration(row: Any) -> Registration:
-    return Registration(
-        id=row.id,
-        user_id=row.user_id,
-        feed_id=row.feed_id,
-        url=row.url,
-        ping_token=row.ping_token,
-        created_at=row.created_at,
-    )
+def _registration(row: Any, prefix: str = "") -> Registration:
+    """``prefix``: the columns' label prefix when a query selected them beside the feed's
+    (``r_``: the registration and feed rows share column names)."""
+    return Registration(**{name: getattr(row, prefix + name) for name in (
+        "id", "user_id", "feed_id", "url", "ping_token", "created_at")})
 
 
 def _ei(row: Any) -> Ei:
