@@ -1078,7 +1078,11 @@ class ProxyService:
         "Rule status"). The loop's holder reads the rules' states and the feeds' models on the
         loop's thread; a process without the loop reads the states as last stored (the writer
         stores each change within a round) and the models the leader saved last."""
-        profile = await self.store.get_profile(user_id, profile_id)  # 404 for another's
+        return await self.status_of(await self.store.get_profile(user_id, profile_id))  # 404 for another's
+
+    async def status_of(self, profile: Profile) -> ProfileStatus:
+        """:meth:`profile_status` of a profile already read (its owner's, so checked)."""
+        user_id, profile_id = profile.user_id, profile.id
         feeds = {r.feed.id: r for r in await self.store.registered_feeds(
             user_id, {f for rule in profile.rules for f in rule.feed_ids})}
         pending = await self.store.list_ceis(user_id, profile_id, "pending", limit=STATUS_PENDING_CEIS)

@@ -312,7 +312,7 @@ class WebUi:
             profile = await store.get_profile(session.user_id, profile_id)
             ceis = await store.list_ceis(session.user_id, profile_id, state, limit=40)  # type: ignore[arg-type]
             entries = await store.captured_entries(session.user_id, profile_id, limit=200)
-            rules_now = await service.profile_status(session.user_id, profile_id)
+            rules_now = await service.status_of(profile)
         except NotFoundError as exc:
             return self._not_found(request, session, exc)
         names = dict(await self._feed_choices(request, session))
