@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.notify.payload import Notification
 from proxy.rules import FeedModelEstimate
-from proxy.service.rule_status import ProfileStatus, RuleState
+from proxy.service.rule_status import FeedStatus, ProfileStatus, RuleState
 from proxy.store import (
     CapturedEntry,
     Cei,
@@ -525,20 +525,6 @@ class RuleStatusOut(BaseModel):
     probes_due: list[ProbeDueOut]
 
 
-class FeedStatusOut(BaseModel):
-    """A feed the profile's rules read: its health and when its update model expects it to change."""
-
-    id: int
-    url: str
-    last_probe_at: dt.datetime | None
-    last_outcome: str | None
-    consecutive_errors: int
-    next_allowed_at: dt.datetime | None
-    disabled: bool
-    model_kind: str | None
-    next_expected_update_at: dt.datetime | None
-
-
 class ProfileStatusOut(BaseModel):
     """``GET /api/v1/profiles/{id}/status``. ``source``: ``live`` (the process running the chronon
     loop read its rules' states now) or ``saved`` (an API replica or a standby: the states as
@@ -548,7 +534,7 @@ class ProfileStatusOut(BaseModel):
     at: dt.datetime
     source: Literal["live", "saved"]
     rules: list[RuleStatusOut]
-    feeds: list[FeedStatusOut]
+    feeds: list[FeedStatus]  # as the service names them (proxy/service/rule_status.py)
 
     @classmethod
     def of(cls, s: ProfileStatus) -> ProfileStatusOut:
@@ -563,5 +549,5 @@ class ProfileStatusOut(BaseModel):
                 last_fired_at=r.last_fired_at, pending_ceis=r.pending_ceis,
                 probes_due=[ProbeDueOut(cei=c, feed=f, window_start=a, window_end=b) for c, f, a, b in r.probes_due],
             ) for r in s.rules],
-            feeds=[FeedStatusOut.model_validate(f, from_attributes=True) for f in s.feeds],
+            feeds=list(s.feeds),
         )
