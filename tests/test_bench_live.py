@@ -212,3 +212,19 @@ def test_trace_history_is_what_each_document_shows_before_the_window(tmp_path: P
     # One day on 24 chronons: one chronon is one hour.
     history = trace_history(path, ["a", "b"], day, day + dt.timedelta(days=1), 24, keep=3)
     assert history == ((-12.0, -5.0, -1.0), ())  # b's only item is in the window: its document starts empty
+
+
+def test_busiest_window_is_never_a_window_of_placeholders(tmp_path: Path) -> None:
+    """RSS-style placeholders ("Mon, 01 Jan 0001") outnumbering the real rows do not make 2001 the busiest window."""
+    from proxy.bench.live import busiest_window
+
+    day = dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
+    rows = ["feed_id,published"]
+    for feed in range(30):
+        rows.append(f'f{feed},"Mon, 01 Jan 0001 00:00:00 +0000"')
+        rows.append(f"f{feed},9999-12-31T23:59:59-01:00")
+        if feed % 3 == 0:
+            rows.append(f"f{feed},{(day + dt.timedelta(hours=feed)).isoformat()}")
+    path = tmp_path / "rss-dates.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert busiest_window(path, 14) == (day, day + dt.timedelta(days=14), 10)

@@ -137,6 +137,22 @@ def test_csv_trace_with_iso_dates_skips_placeholders(tmp_path: Path) -> None:
     assert later.skipped == 3
 
 
+def test_csv_trace_skips_placeholders_in_rss_form_and_far_future_dates(tmp_path: Path) -> None:
+    """RSS's "Mon, 01 Jan 0001" is a placeholder, not 2001 (which would become the trace's start); 9999 is junk."""
+    path = tmp_path / "trace.csv"
+    path.write_text(
+        "feed_id,published\n"
+        'f1,"Mon, 01 Jan 0001 00:00:00 +0000"\n'
+        'f1,"Sun, 01 Feb 2026 00:10:00 GMT"\n'
+        "f2,9999-12-31T23:59:59Z\n"
+        'f2,"Sun, 01 Feb 26 00:20:00 GMT"\n'  # a two-digit year is a year of this century
+    )
+    trace = load_csv_trace(path)
+    assert trace.skipped == 2
+    assert trace.start == datetime(2026, 2, 1, 0, 10, tzinfo=UTC)
+    assert trace.events == (TraceEvent(0.0, "f1"), TraceEvent(10.0, "f2"))
+
+
 def test_csv_trace_with_numeric_times_and_the_real_trace(tmp_path: Path) -> None:
     path = tmp_path / "numeric.csv"
     path.write_text("a,3\nb,1.5\n")

@@ -20,7 +20,7 @@ from proxy.sim.generate import (
     profile_ceis,
     zipf_weights,
 )
-from proxy.sim.traces import TraceError, load_trace, parse_timestamp
+from proxy.sim.traces import DEFAULT_NOT_BEFORE, FAR_FUTURE, TraceError, load_trace, parse_timestamp
 from proxy.sim.workload_io import dumps_workload
 
 SMALL = GenParams(resources=200, profiles=60, chronons=400, lam=12.0, rank=4, window=5)
@@ -245,6 +245,38 @@ def test_parse_timestamp() -> None:
     assert parse_timestamp(str(int(when.timestamp()) * 1000)) == when
     for junk in ("garbage", "", "  ", "nan", "inf", "1e400", "feed_id", "timestamp_utc_iso"):
         assert parse_timestamp(junk) is None, junk
+
+
+def test_placeholder_and_far_future_dates_stay_junk() -> None:
+    """Year 0001 in RFC 822 form is a placeholder, not 2001; dates at the ends of the calendar do not crash."""
+    assert parse_timestamp("Tue, 02 Jun 21 09:30:00 GMT") == datetime(2021, 6, 2, 9, 30, tzinfo=UTC)  # a 2-digit year
+    for placeholder in ("Mon, 01 Jan 0001 00:00:00 +0000", "01 Jan 0001 00:00 GMT", "Sat, 01 Jan 0000 00:00:00 GMT",
+                        "Mon, 01 Jan 0099 00:00:00 GMT", "0001-01-01T00:00:00+01:00", "0001-01-01"):
+        when = parse_timestamp(placeholder)
+        assert when is not None and when < DEFAULT_NOT_BEFORE, placeholder
+    for future in ("9999-12-31T23:59:59-01:00", "9999-12-31T23:59:59Z", "Fri, 31 Dec 9999 23:59:59 GMT"):
+        when = parse_timestamp(future)
+        assert when is not None and when >= FAR_FUTURE, future
+
+
+def test_trace_counts_junk_at_both_ends_of_the_calendar(tmp_path: Path) -> None:
+    """Such rows are counted as placeholders and future dates; the window is the real rows'."""
+    path = tmp_path / "junk.csv"
+    path.write_text(
+        "feed_id,published\n"
+        "a,0001-01-01T00:00:00+01:00\n"
+        "a,2025-03-01T06:00:00Z\n"
+        'b,"Mon, 01 Jan 0001 00:00:00 +0000"\n'
+        'b,"Sun, 02 Mar 2025 06:00:00 +0000"\n'
+        "c,9999-12-31T23:59:59-01:00\n"
+        "c,9999-12-31T23:59:59Z\n"
+        "c,2025-03-03T06:00:00Z\n",
+        encoding="utf-8",
+    )
+    trace = load_trace(path, 3, days=3)
+    assert (trace.stats.placeholder, trace.stats.future, trace.stats.kept) == (2, 2, 3)
+    assert trace.stats.window_end == "2025-03-03T06:00:01+00:00"
+    assert trace.updates == ((0,), (1,), (2,))
 
 
 def test_trace_header_is_optional_and_formats_mix(tmp_path: Path) -> None:

@@ -135,9 +135,9 @@ def poisson_workload(
 
 def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, int]:
     """The ``days``-long window of the trace holding the most usable timestamps: (start, end, count)."""
-    from proxy.sim.traces import DEFAULT_NOT_BEFORE, read_rows
+    from proxy.sim.traces import DEFAULT_NOT_BEFORE, FAR_FUTURE, read_rows
 
-    stamps = [ts for _, ts in read_rows(path) if ts is not None and ts >= DEFAULT_NOT_BEFORE]
+    stamps = [ts for _, ts in read_rows(path) if ts is not None and DEFAULT_NOT_BEFORE <= ts < FAR_FUTURE]
     if not stamps:
         raise BenchError(f"trace {path}: no usable timestamps (ISO 8601, RFC 822 or Unix epoch seconds, "
                          f"after {DEFAULT_NOT_BEFORE:%Y-%m-%d})")

@@ -12,6 +12,7 @@ import heapq
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -114,6 +115,10 @@ class CsvTrace:
 
 
 _MIN_PLAUSIBLE = datetime(1995, 1, 1, tzinfo=UTC)
+_FAR_FUTURE = datetime(3000, 1, 1, tzinfo=UTC)  # 9999-12-31 and the like: junk, not a publication to come
+# The year of an RFC 822 date, the number after the day and month: email.utils reads every
+# year below 100 as 19xx or 20xx, right for "21" but wrong for the placeholder "0001".
+_RFC822_YEAR = re.compile(r"\b\d{1,2}\s+[A-Za-z]+\.?\s+(\d+)\b")
 
 
 def load_csv_trace(
@@ -129,9 +134,9 @@ def load_csv_trace(
     RFC 822 as RSS writes them; a file must not mix numbers and dates.  Dates
     become trace time ``(ts - start) / trace_unit``, ``start`` defaulting to
     the earliest kept date.  Placeholder dates (before 1995, e.g.
-    ``0001-01-01``), dates before ``start`` or after ``until``, and unparsable
-    rows are skipped and counted, not fixed: real traces carry such rows
-    (shared/traces/README.md).
+    ``0001-01-01``, in RFC 822 form too), dates from the year 3000 on, dates
+    before ``start`` or after ``until``, and unparsable rows are skipped and
+    counted, not fixed: real traces carry such rows (shared/traces/README.md).
     """
     rows: list[tuple[str, str]] = []
     with open(path, newline="", encoding="utf-8") as fh:
@@ -160,8 +165,12 @@ def load_csv_trace(
             except (TypeError, ValueError, IndexError):
                 skipped += 1
                 continue
+            year = _RFC822_YEAR.search(stamp)
+            if year is not None and len(year[1]) > 2 and int(year[1]) < 100:
+                skipped += 1  # "Mon, 01 Jan 0001": a placeholder, not 2001
+                continue
         when = when if when.tzinfo else when.replace(tzinfo=UTC)
-        if when < _MIN_PLAUSIBLE or (until is not None and when > until):
+        if not _MIN_PLAUSIBLE <= when < _FAR_FUTURE or (until is not None and when > until):
             skipped += 1
             continue
         dated.append((when, feed_id))

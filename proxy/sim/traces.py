@@ -8,8 +8,9 @@ sorted order.  Timestamps are ISO 8601 (a trailing ``Z`` is UTC, a naive time
 is taken as UTC), or as feeds write them (RFC 822, ``Tue, 02 Jun 2021
 09:30:00 GMT``), or Unix epoch seconds (milliseconds above ``1e11``).
 
-Real feeds hold junk: placeholder dates (``0001-01-01``), dates in the
-future of the snapshot, unparseable strings.  The loader skips those and
+Real feeds hold junk: placeholder dates (``0001-01-01``, in RFC 822 form
+too, where the standard library alone would read the year as 2001), dates in
+the future of the snapshot (any from the year 3000 on), unparseable strings.  The loader skips those and
 counts each kind in :class:`TraceStats`, so a caller can say how many were
 dropped.  Date-only timestamps (midnight exactly) are kept but counted,
 since they are real days with an unknown hour.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +32,14 @@ from pathlib import Path
 
 # Anything before this is a placeholder, not a publication (RSS dates back to 1999).
 DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=UTC)
+# Anything from this on is junk in the future (9999-12-31 and the like), whatever ``not_after`` says.
+FAR_FUTURE = datetime(3000, 1, 1, tzinfo=UTC)
+
+
+# A date before anything a feed published: what a placeholder reads as when no exact datetime can say it.
+_PLACEHOLDER = datetime.min.replace(tzinfo=UTC)
+# The year of an RFC 822 date ("Mon, 01 Jan 0001 00:00:00 +0000"): the number after the day and month.
+_RFC822_YEAR = re.compile(r"\b\d{1,2}\s+[A-Za-z]+\.?\s+(\d+)\b")
 
 
 class TraceError(ValueError):
@@ -84,7 +94,10 @@ def parse_timestamp(text: str) -> datetime | None:
         return None
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC)
+    try:
+        return ts.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC, a year-9999 date after 9999
+        return _PLACEHOLDER if ts.year == 1 else datetime.max.replace(tzinfo=UTC)
 
 
 def _epoch(text: str) -> datetime | None:
@@ -104,9 +117,15 @@ def _epoch(text: str) -> datetime | None:
 
 def _rfc822(text: str) -> datetime | None:
     try:
-        return parsedate_to_datetime(text)
+        ts = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
+    # email.utils reads every year below 100 as 19xx or 20xx: right for "21", wrong
+    # for the placeholder "0001", which would otherwise be a plausible 2001.
+    year = _RFC822_YEAR.search(text)
+    if year is not None and len(year[1]) > 2 and int(year[1]) < 100:
+        return _PLACEHOLDER
+    return ts
 
 
 def read_rows(path: Path) -> Iterator[tuple[str, datetime | None]]:
@@ -152,8 +171,8 @@ def load_trace(
     """Read ``path`` and map ``[start, end)`` onto chronons ``0..chronons-1``.
 
     ``end`` defaults to just after the latest valid timestamp and ``start`` to
-    ``days`` before ``end``.  ``not_after`` (default: no limit) marks later
-    timestamps as future placeholders.  Every resource in the file keeps an
+    ``days`` before ``end``.  ``not_after`` (default: no limit but
+    :data:`FAR_FUTURE`) marks later timestamps as future placeholders.  Every resource in the file keeps an
     id, even one with no update in the window.
     """
     if chronons < 1:
@@ -168,7 +187,7 @@ def load_trace(
             unparseable += 1
         elif ts < not_before:
             placeholder += 1
-        elif not_after is not None and ts > not_after:
+        elif ts >= FAR_FUTURE or (not_after is not None and ts > not_after):
             future += 1
         else:
             raw.append((name, ts))
