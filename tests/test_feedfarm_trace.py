@@ -146,11 +146,12 @@ def test_csv_trace_skips_placeholders_in_rss_form_and_far_future_dates(tmp_path:
         'f1,"Sun, 01 Feb 2026 00:10:00 GMT"\n'
         "f2,9999-12-31T23:59:59Z\n"
         'f2,"Sun, 01 Feb 26 00:20:00 GMT"\n'  # a two-digit year is a year of this century
+        "f3,2026-02-01 00:30:00 UTC\n"  # ISO with the zone's name, as BigQuery exports a TIMESTAMP
     )
     trace = load_csv_trace(path)
     assert trace.skipped == 2
     assert trace.start == datetime(2026, 2, 1, 0, 10, tzinfo=UTC)
-    assert trace.events == (TraceEvent(0.0, "f1"), TraceEvent(10.0, "f2"))
+    assert trace.events == (TraceEvent(0.0, "f1"), TraceEvent(10.0, "f2"), TraceEvent(20.0, "f3"))
 
 
 def test_csv_trace_with_numeric_times_and_the_real_trace(tmp_path: Path) -> None:

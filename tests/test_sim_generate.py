@@ -237,6 +237,8 @@ def test_parse_timestamp() -> None:
     assert parse_timestamp("2026-02-18T01:41:13Z") == when
     assert parse_timestamp("2026-02-18T02:41:13+01:00") == when
     assert parse_timestamp("2026-02-18 01:41:13") == when  # naive is UTC
+    assert parse_timestamp("2026-02-18 01:41:13 UTC") == when  # as BigQuery exports a TIMESTAMP
+    assert parse_timestamp("2026-02-18T01:41:13 gmt") == when
     # As RSS writes dates (RFC 822), and as Unix epoch seconds or milliseconds.
     assert parse_timestamp("Wed, 18 Feb 2026 01:41:13 GMT") == when
     assert parse_timestamp("Wed, 18 Feb 2026 02:41:13 +0100") == when

@@ -116,6 +116,8 @@ class CsvTrace:
 
 _MIN_PLAUSIBLE = datetime(1995, 1, 1, tzinfo=UTC)
 _FAR_FUTURE = datetime(3000, 1, 1, tzinfo=UTC)  # 9999-12-31 and the like: junk, not a publication to come
+# A zone written after an ISO time as a letter or a name: "…Z", "2025-03-01 12:00:00 UTC".
+_UTC_SUFFIX = re.compile(r"\s*(?:Z|UTC|GMT)$", re.IGNORECASE)
 # The year of an RFC 822 date, the number after the day and month: email.utils reads every
 # year below 100 as 19xx or 20xx, right for "21" but wrong for the placeholder "0001".
 _RFC822_YEAR = re.compile(r"\b\d{1,2}\s+[A-Za-z]+\.?\s+(\d+)\b")
@@ -158,7 +160,7 @@ def load_csv_trace(
         except ValueError:
             pass
         try:
-            when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            when = datetime.fromisoformat(_UTC_SUFFIX.sub("+00:00", stamp))
         except ValueError:
             try:  # as RSS writes dates (RFC 822): "Wed, 18 Feb 2026 01:41:13 GMT"
                 when = parsedate_to_datetime(stamp)

@@ -4,9 +4,10 @@ Input: a CSV of two columns, ``resource,timestamp``, under a header
 (``shared/traces/real_feeds_items.csv`` names them
 ``feed_id,timestamp_utc_iso``) or none: a first row whose second column reads
 as a timestamp is data.  Resource names are mapped to the ids ``0..n-1`` in
-sorted order.  Timestamps are ISO 8601 (a trailing ``Z`` is UTC, a naive time
-is taken as UTC), or as feeds write them (RFC 822, ``Tue, 02 Jun 2021
-09:30:00 GMT``), or Unix epoch seconds (milliseconds above ``1e11``).
+sorted order.  Timestamps are ISO 8601 (a trailing ``Z``, ``UTC`` or ``GMT``
+is UTC, a naive time is taken as UTC), or as feeds write them (RFC 822,
+``Tue, 02 Jun 2021 09:30:00 GMT``), or Unix epoch seconds (milliseconds above
+``1e11``).
 
 Real feeds hold junk: placeholder dates (``0001-01-01``, in RFC 822 form
 too, where the standard library alone would read the year as 2001), dates in
@@ -38,6 +39,8 @@ FAR_FUTURE = datetime(3000, 1, 1, tzinfo=UTC)
 
 # A date before anything a feed published: what a placeholder reads as when no exact datetime can say it.
 _PLACEHOLDER = datetime.min.replace(tzinfo=UTC)
+# A zone written after an ISO time as a letter or a name: "…Z", "2025-03-01 12:00:00 UTC" (BigQuery's CSV export).
+_UTC_SUFFIX = re.compile(r"\s*(?:Z|UTC|GMT)$", re.IGNORECASE)
 # The year of an RFC 822 date ("Mon, 01 Jan 0001 00:00:00 +0000"): the number after the day and month.
 _RFC822_YEAR = re.compile(r"\b\d{1,2}\s+[A-Za-z]+\.?\s+(\d+)\b")
 
@@ -84,7 +87,7 @@ def parse_timestamp(text: str) -> datetime | None:
     text = text.strip()
     if not text:
         return None
-    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    iso = _UTC_SUFFIX.sub("+00:00", text)
     ts: datetime | None
     try:
         ts = datetime.fromisoformat(iso)
