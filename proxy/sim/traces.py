@@ -11,10 +11,10 @@ is UTC, a naive time is taken as UTC), or as feeds write them (RFC 822,
 
 Real feeds hold junk: placeholder dates (``0001-01-01``, in RFC 822 form
 too, where the standard library alone would read the year as 2001), dates in
-the future of the snapshot (any from the year 3000 on), unparseable strings.  The loader skips those and
-counts each kind in :class:`TraceStats`, so a caller can say how many were
-dropped.  Date-only timestamps (midnight exactly) are kept but counted,
-since they are real days with an unknown hour.
+the future of the snapshot (any from the year 3000 on), unparseable strings.
+The loader skips those and counts each kind in :class:`TraceStats`, so a
+caller can say how many were dropped.  Date-only timestamps (midnight
+exactly) are kept but counted, since they are real days with an unknown hour.
 
 Not here: profile or CEI generation (``proxy.sim.generate`` consumes the
 per-resource update lists this module returns).
@@ -35,8 +35,6 @@ from pathlib import Path
 DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=UTC)
 # Anything from this on is junk in the future (9999-12-31 and the like), whatever ``not_after`` says.
 FAR_FUTURE = datetime(3000, 1, 1, tzinfo=UTC)
-
-
 # A date before anything a feed published: what a placeholder reads as when no exact datetime can say it.
 _PLACEHOLDER = datetime.min.replace(tzinfo=UTC)
 # A zone written after an ISO time as a letter or a name: "…Z", "2025-03-01 12:00:00 UTC" (BigQuery's CSV export).
