@@ -694,24 +694,23 @@ class ProxyService:
         if rt is None:
             return (await self.saved_models()).estimate(feed.resource, after=after)
 
-        def read() -> FeedModelEstimate | None:
-            slot = rt.feeds.by_id.get(feed.id)
-            return None if slot is None else rt.models.estimate(slot.resource, after=after)
-
-        return await self.host.call(read)
+        return await self.host.call(lambda: _live_estimate(rt, feed.id, after))
 
     async def saved_models(self) -> FeedUpdateModels:
         """The update models as the leader last saved them (``service_state['update_models']``),
         read at most once every :data:`SAVED_MODELS_TTL_SECONDS`; the population prior alone if
         none are saved or they do not read (logged). For processes without a loop: read them,
         never change them (the copy is shared by the requests of the next minute)."""
-        cached = self._saved_models
-        if cached is not None and time.monotonic() - cached[0] < SAVED_MODELS_TTL_SECONDS:
-            return cached[1]
-        async with self._saved_models_lock:  # one read at a time; the others take its result
+
+        def fresh() -> FeedUpdateModels | None:
             cached = self._saved_models
-            if cached is not None and time.monotonic() - cached[0] < SAVED_MODELS_TTL_SECONDS:
-                return cached[1]
+            return cached[1] if cached is not None and time.monotonic() - cached[0] < SAVED_MODELS_TTL_SECONDS else None
+
+        if (models := fresh()) is not None:
+            return models
+        async with self._saved_models_lock:  # one read at a time; the others take its result
+            if (models := fresh()) is not None:
+                return models
             data = await self.store.get_state(UPDATE_MODELS_KEY)
             models = FeedUpdateModels(self._update_model_settings
                                       or update_model_settings(self.settings.chronon_seconds))
@@ -1103,11 +1102,7 @@ class ProxyService:
                     states[rule.id] = rt.evaluator.snapshot_state(rule_key(rule.id))
                 except KeyError:  # not installed (yet, or its profile did not restore)
                     states[rule.id] = None
-            live: dict[int, FeedModelEstimate | None] = {}
-            for fid in feeds:
-                slot = rt.feeds.by_id.get(fid)
-                live[fid] = None if slot is None else rt.models.estimate(slot.resource, after=after)
-            return states, live
+            return states, {fid: _live_estimate(rt, fid, after) for fid in feeds}
 
         states, models = await self.host.call(read)
         return profile_status(profile, states, feeds, models, self.clock, now, "live", pending)
@@ -1418,6 +1413,13 @@ class _ProbeAtHome:
 
     async def aclose(self) -> None:  # its owner closes it
         return None
+
+
+def _live_estimate(rt: Runtime, feed_id: int, after: float) -> FeedModelEstimate | None:
+    """Feed ``feed_id``'s update model in the running loop (``None``: the loop does not probe
+    it); call on the loop's thread, where probes change the models."""
+    slot = rt.feeds.by_id.get(feed_id)
+    return None if slot is None else rt.models.estimate(slot.resource, after=after)
 
 
 def _targets(notify: list[NotifySpec] | None) -> tuple[TargetInput, ...] | None:
