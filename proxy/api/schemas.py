@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from http import HTTPStatus
 from typing import Any, Literal
 
@@ -47,11 +46,10 @@ class UpdateModelOut(BaseModel):
 
     @classmethod
     def of(cls, est: FeedModelEstimate) -> UpdateModelOut:
-        nxt = est.next_expected
         return cls(
             kind=est.kind,
             rate_per_hour=est.rate_per_hour,
-            next_expected_at=dt.datetime.fromtimestamp(nxt, dt.UTC) if math.isfinite(nxt) else None,
+            next_expected_at=est.next_expected_at(),
             observations=est.observations,
             updates=est.updates,
         )

@@ -179,6 +179,12 @@ class FeedModelEstimate:
     utc_offset_seconds: float = 0.0
     held_out: tuple[tuple[str, float], ...] = ()
 
+    def next_expected_at(self) -> datetime | None:
+        """``next_expected`` as a UTC datetime, for a model clock of POSIX seconds (the
+        service's); ``None`` when no update is expected (infinite)."""
+        nxt = self.next_expected
+        return datetime.fromtimestamp(nxt, UTC) if math.isfinite(nxt) else None
+
 
 _Fit = PoissonFit | SeasonalFit | PeriodicFit
 

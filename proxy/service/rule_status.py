@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -117,14 +116,12 @@ def profile_status(
         if reg is None:  # the user's registration went away; the rule still names it
             continue
         model = models.get(fid)
-        expected = None
-        if model is not None and math.isfinite(model.next_expected):
-            expected = dt.datetime.fromtimestamp(model.next_expected, dt.UTC)
         f = reg.feed
         out.append(FeedStatus(
             id=fid, url=reg.registration.url, last_probe_at=f.last_probe_at, last_outcome=f.last_outcome,
             consecutive_errors=f.consecutive_errors, next_allowed_at=f.next_allowed_at, disabled=f.disabled,
-            model_kind=None if model is None else model.kind, next_expected_update_at=expected,
+            model_kind=None if model is None else model.kind,
+            next_expected_update_at=None if model is None else model.next_expected_at(),
         ))
     return ProfileStatus(profile.id, now, source, tuple(rules), tuple(out))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import secrets
 from pathlib import Path
 from typing import Any, Literal
@@ -429,9 +428,7 @@ class WebUi:
         history = [{"p": p, "error": (p.error or "").replace(shared, own)} for p in probes]
         why = explain(registered.feed, probes[0] if probes else None, dt.datetime.now(dt.UTC))
         model = await service.update_model(registered.feed)
-        expected = None  # as GET /api/v1/feeds/{id} says it (next_expected_at)
-        if model is not None and math.isfinite(model.next_expected):
-            expected = dt.datetime.fromtimestamp(model.next_expected, dt.UTC)
+        expected = None if model is None else model.next_expected_at()  # as GET /api/v1/feeds/{id} says it
         return self._page(request, "feed.html", session, r=registered, history=history,
                           why=why.replace(shared, own), model=model, expected=expected)
 
