@@ -228,3 +228,25 @@ def test_busiest_window_is_never_a_window_of_placeholders(tmp_path: Path) -> Non
     path = tmp_path / "rss-dates.csv"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert busiest_window(path, 14) == (day, day + dt.timedelta(days=14), 10)
+
+
+def test_trace_workload_reads_an_export_by_its_header(tmp_path: Path) -> None:
+    """A three-column export in another order is the same workload as the two-column trace; swapped columns say so."""
+    from proxy.bench.live import busiest_window, trace_workload
+
+    day = dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
+    stamps = [(f"f{i % 7}", day + dt.timedelta(hours=5 * i + i % 3)) for i in range(60)]
+    plain = tmp_path / "plain.csv"
+    plain.write_text("feed_id,timestamp_utc_iso\n" + "".join(f"{f},{t.isoformat()}\n" for f, t in stamps),
+                     encoding="utf-8")
+    export = tmp_path / "export.csv"
+    export.write_text("title,published,feed\n" + "".join(f"entry {i},{t.isoformat()},{f}\n"
+                                                        for i, (f, t) in enumerate(stamps)), encoding="utf-8")
+    options = {"chronons": 50, "days": 14, "profiles": 5, "rank": 2, "window": 5, "seed": 3}
+    a, b = trace_workload(plain, **options), trace_workload(export, **options)
+    assert a.updates == b.updates and a.watched == b.watched and a.workload.ceis == b.workload.ceis
+    assert sum(map(len, a.updates)) > 40
+    swapped = tmp_path / "swapped.csv"
+    swapped.write_text("".join(f"{t.isoformat()},{f}\n" for f, t in stamps), encoding="utf-8")
+    with pytest.raises(BenchError, match="first column holds the timestamps"):
+        busiest_window(swapped, 14)

@@ -20,7 +20,14 @@ from proxy.sim.generate import (
     profile_ceis,
     zipf_weights,
 )
-from proxy.sim.traces import DEFAULT_NOT_BEFORE, FAR_FUTURE, TraceError, load_trace, parse_timestamp
+from proxy.sim.traces import (
+    DEFAULT_NOT_BEFORE,
+    FAR_FUTURE,
+    TraceError,
+    header_columns,
+    load_trace,
+    parse_timestamp,
+)
 from proxy.sim.workload_io import dumps_workload
 
 SMALL = GenParams(resources=200, profiles=60, chronons=400, lam=12.0, rank=4, window=5)
@@ -295,6 +302,44 @@ def test_trace_header_is_optional_and_formats_mix(tmp_path: Path) -> None:
         # 01:00 and 1771398000 (07:00) for a, 05:00 for b, hourly chronons.
         assert trace.updates == ((1, 7), (5,)), path
         assert trace.stats.rows == 3 and trace.stats.unparseable == 0, path
+
+
+def test_trace_header_names_the_columns(tmp_path: Path) -> None:
+    """An export with more columns, in another order, is read by its header's names."""
+    path = tmp_path / "export.csv"
+    path.write_text(
+        "Title,Published_At,Feed_URL\n"
+        "hello,2026-02-18T01:00:00Z,https://a.example/feed\n"
+        '"a, b",2026-02-18T05:00:00Z,https://b.example/feed\n'
+        "late,2026-02-18T07:00:00Z,https://a.example/feed\n",
+        encoding="utf-8",
+    )
+    start = datetime(2026, 2, 18, tzinfo=UTC)
+    trace = load_trace(path, 24, start=start, end=start + timedelta(days=1))
+    assert trace.names == ("https://a.example/feed", "https://b.example/feed")
+    assert trace.updates == ((1, 7), (5,))
+    assert trace.stats.unparseable == 0
+    assert header_columns(["feed_id", "timestamp_utc_iso"]) == (0, 1)
+    assert header_columns(["date", "source"]) == (1, 0)
+    assert header_columns(["when_seen", "updated", "x"]) == (0, 1)  # names only the time: the resource is the first other
+    assert header_columns(["r", "t"]) == (0, 1)  # names neither: the first two columns
+    short = tmp_path / "short.csv"
+    short.write_text("title,published,feed\nx,2026-02-18T01:00:00Z\n", encoding="utf-8")
+    with pytest.raises(TraceError, match=r"short\.csv, line 2: expected 3 columns"):
+        load_trace(short, 10)
+
+
+def test_swapped_columns_get_a_hint(tmp_path: Path) -> None:
+    """Timestamps in the first column fail with an error that says so, not only "no usable timestamps"."""
+    path = tmp_path / "swapped.csv"
+    path.write_text("2026-02-18T01:00:00Z,a\n2026-02-18T05:00:00Z,b\n2026-02-18T07:00:00Z,a\n", encoding="utf-8")
+    with pytest.raises(TraceError, match=r"no usable timestamps.*first column holds the timestamps"):
+        load_trace(path, 10)
+    fine = tmp_path / "junk.csv"
+    fine.write_text("r,t\na,garbage\n", encoding="utf-8")
+    with pytest.raises(TraceError) as err:
+        load_trace(fine, 10)
+    assert "first column" not in str(err.value)
 
 
 def test_real_trace_loads() -> None:

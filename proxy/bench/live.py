@@ -135,12 +135,12 @@ def poisson_workload(
 
 def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, int]:
     """The ``days``-long window of the trace holding the most usable timestamps: (start, end, count)."""
-    from proxy.sim.traces import DEFAULT_NOT_BEFORE, FAR_FUTURE, read_rows
+    from proxy.sim.traces import DEFAULT_NOT_BEFORE, FAR_FUTURE, read_rows, swapped_hint
 
     stamps = [ts for _, ts in read_rows(path) if ts is not None and DEFAULT_NOT_BEFORE <= ts < FAR_FUTURE]
     if not stamps:
         raise BenchError(f"trace {path}: no usable timestamps (ISO 8601, RFC 822 or Unix epoch seconds, "
-                         f"after {DEFAULT_NOT_BEFORE:%Y-%m-%d})")
+                         f"after {DEFAULT_NOT_BEFORE:%Y-%m-%d}){swapped_hint(path)}")
     stamps.sort()
     span = dt.timedelta(days=days)
     best, best_i, j = 0, 0, 0

@@ -3,7 +3,8 @@
 Input: a CSV of two columns, ``resource,timestamp``, under a header
 (``shared/traces/real_feeds_items.csv`` names them
 ``feed_id,timestamp_utc_iso``) or none: a first row whose second column reads
-as a timestamp is data.  Resource names are mapped to the ids ``0..n-1`` in
+as a timestamp is data.  A header that names its columns picks them, in any
+order among any others (:func:`header_columns`).  Resource names are mapped to the ids ``0..n-1`` in
 sorted order.  Timestamps are ISO 8601 (a trailing ``Z``, ``UTC`` or ``GMT``
 is UTC, a naive time is taken as UTC), or as feeds write them (RFC 822,
 ``Tue, 02 Jun 2021 09:30:00 GMT``), or Unix epoch seconds (milliseconds above
@@ -129,34 +130,88 @@ def _rfc822(text: str) -> datetime | None:
     return ts
 
 
+# Header names that say which column is which, exact names first; a name starting with a
+# prefix below counts too ("timestamp_utc_iso", "published_at"). Matched without case.
+_NAME_COLUMNS = ("feed_id", "feed", "feed_url", "url", "resource", "source", "channel", "id", "name")
+_TIME_COLUMNS = ("timestamp", "published", "pubdate", "date", "datetime", "time", "updated", "created")
+
+
+def _column(header: list[str], names: tuple[str, ...], other: int | None) -> int | None:
+    """The position of the first of ``names`` in ``header`` (exactly, then as a prefix), never ``other``."""
+    cells = [cell.strip().lower() for cell in header]
+    for match in (str.__eq__, str.startswith):
+        for name in names:
+            for i, cell in enumerate(cells):
+                if i != other and match(cell, name):
+                    return i
+    return None
+
+
+def header_columns(header: list[str]) -> tuple[int, int]:
+    """``(resource, timestamp)`` column positions a header row names; ``(0, 1)`` where it names neither.
+
+    An export with more columns or another order (``title,published,feed_url``)
+    is read by its names; the one column a header names, the other is the first
+    of the rest.
+    """
+    when = _column(header, _TIME_COLUMNS, None)
+    name = _column(header, _NAME_COLUMNS, when)
+    if when is None and name is None:
+        return 0, 1
+    if name is None:
+        name = 0 if when != 0 else 1
+    if when is None:
+        when = 1 if name != 1 else 0
+    return name, when
+
+
 def read_rows(path: Path) -> Iterator[tuple[str, datetime | None]]:
     """``(resource, timestamp or None)`` per data row of ``path``; the header is skipped.
 
-    The first row is a header unless its second column reads as a timestamp.
-    Blank rows are skipped; a row of fewer than two columns is a
-    :class:`TraceError` naming its line, as is a file that cannot be read.
+    The first row is a header unless its second column reads as a timestamp;
+    a header picks the columns by their names (:func:`header_columns`), else
+    they are the first two. Blank rows are skipped; a row too short for the
+    columns is a :class:`TraceError` naming its line, as is a file that
+    cannot be read.
     """
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             first = True
+            name, when = 0, 1
             for row in reader:
                 if not row or not "".join(row).strip():
                     continue
-                if len(row) < 2:
+                if len(row) <= max(name, when):
                     raise TraceError(
-                        f"{path}, line {reader.line_num}: expected 2 columns 'resource,timestamp', got {row!r}"
+                        f"{path}, line {reader.line_num}: expected {max(name, when) + 1} columns"
+                        f" ('resource,timestamp' or as the header names them), got {row!r}"
                     )
-                ts = parse_timestamp(row[1])
+                ts = parse_timestamp(row[when])
                 if first and ts is None:
                     first = False
+                    name, when = header_columns(row)
                     continue  # the header
                 first = False
-                yield row[0].strip(), ts
+                yield row[name].strip(), ts
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from exc
     except (UnicodeDecodeError, csv.Error) as exc:
         raise TraceError(f"{path}: not a UTF-8 CSV: {exc}") from exc
+
+
+def swapped_hint(path: Path) -> str:
+    """For an error on a file without usable timestamps: a hint when its first column holds them instead."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            firsts = [row[0] for row in csv.reader(fh) if row and row[0].strip()]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return ""
+    dated = sum(parse_timestamp(cell) is not None for cell in firsts)
+    if firsts and dated * 2 > len(firsts):
+        return ("; its first column holds the timestamps: put the resource first"
+                " ('resource,timestamp') or name the columns in a header row")
+    return ""
 
 
 def load_trace(
@@ -198,6 +253,7 @@ def load_trace(
         raise TraceError(
             f"{path}: no usable timestamps among {rows} rows ({unparseable} unparseable, {placeholder} before "
             f"{not_before:%Y-%m-%d} (placeholders; a number is Unix epoch seconds), {future} in the future)"
+            + (swapped_hint(path) if unparseable == rows else "")
         )
     if end is None:
         end = max(ts for _, ts in raw) + timedelta(seconds=1)
