@@ -52,12 +52,18 @@ def worker(tree: Path, specs: list[str], oracle: bool = False) -> None:
 
 
 def replay_all(tree: Path, specs: list[str], oracle: bool = False) -> dict[str, dict[str, float]]:
+    """Each spec's replay by ``tree``'s replica, keyed by the spec as given (its trace path may be relative to here)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     flag = ["--oracle"] if oracle else []
-    out = subprocess.run([sys.executable, str(HERE), "--worker", str(tree), *flag, *specs], env=env, check=True,
-                         capture_output=True, text=True, cwd=tree).stdout
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return {r["spec"]: r for r in rows}
+    # The worker runs in ``tree``: give it absolute trace paths.
+    given = {f"{Path(name).resolve()}:{rest}": spec
+             for spec in specs for name, _, rest in [spec.partition(":")]}
+    done = subprocess.run([sys.executable, str(HERE), "--worker", str(tree), *flag, *given], env=env,
+                          capture_output=True, text=True, cwd=tree)
+    if done.returncode != 0:
+        sys.exit(f"the replica of {tree} failed:\n{done.stderr}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {given[r["spec"]]: r for r in rows}
 
 
 def main() -> None:
