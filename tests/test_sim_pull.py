@@ -222,3 +222,34 @@ def test_policy_pull_benchmark_runs_on_a_tiny_instance(tmp_path) -> None:  # typ
     assert "prose kept" in text and "old" not in text
     assert "SUP against WIC" in text and "fbSUP against SUP" in text
     assert (tmp_path / "discovery_sup_wic.png").is_file()
+
+
+def test_pull_replica_seeds_take_relative_traces_and_a_lead(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """policy_pull_seeds.py: a trace path relative to the caller, the lead passed to both trees' replicas."""
+    import csv
+    import sys
+    from pathlib import Path
+
+    from proxy.sim.synthetic import weekly_trace, write_trace_csv
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks" / "policies"))
+    import policy_pull_seeds
+
+    write_trace_csv(weekly_trace(60, 5), tmp_path / "t.csv")
+    monkeypatch.chdir(tmp_path)  # the workers run in the compared tree: "t.csv" must still be found
+    out = tmp_path / "rows.csv"
+    rows = []
+    for lead in (0, 4):
+        monkeypatch.setattr(sys, "argv", ["policy_pull_seeds.py", "--before", str(root), "--lead", str(lead),
+                                          "--group", "g", "t.csv:20:2", "--out", str(out)])
+        policy_pull_seeds.main()
+        (row,) = csv.DictReader(out.read_text(encoding="utf-8").splitlines())
+        rows.append(row)
+    for row in rows:
+        # The same tree twice: the same figures; the lead's probes are spent but not counted.
+        assert row["trace"] == "t.csv" and row["before"] == row["after"]
+        assert row["probes_before"] == row["probes_after"] == "400"
+        assert 0.0 < float(row["after"]) < 1.0
+    assert rows[0]["round_robin"] == rows[1]["round_robin"]  # the readers have no lead
+    assert rows[0]["after"] != rows[1]["after"]  # the lead's probes move what the run catches

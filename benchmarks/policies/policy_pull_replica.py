@@ -31,13 +31,17 @@ over many traces in seconds:
   lets predictions come due; at the bench's 0.3 s they never do.
 
 What it leaves out: HTTP timing, probes in flight, the evaluator's exact
-update-time estimate (it dates a found update by its true chronon), and the
-live bench's lead: its rules exist ten chronons before the run, and the
-service spends those chronons' probes on documents holding only the
+update-time estimate (it dates a found update by its true chronon), and, by
+default, the live bench's lead: its rules exist ten chronons before the run,
+and the service spends those chronons' probes on documents holding only the
 placeholder, so about twenty feeds start the run with a last success and a
-record of silence (``docs/discovery.md``, "Where learning loses"). So its
-figures are close to the live ones, not equal; a choice it suggests must be
-confirmed live.
+record of silence (``docs/discovery.md``, "Where learning loses"). ``--lead
+10`` replays that lead too; it brought the replica no closer to the live
+bench (mean distance 3.7 points against 4.1 without, on nine traces on
+2026-11-28, within a live run's own spread of 3 to 5 points), and neither
+version foretold the live effect of a change to the order of the first
+probes. So its figures are close to the live ones, not equal; a choice it
+suggests must be confirmed live.
 
     .venv/bin/python benchmarks/policies/policy_pull_replica.py TRACE.csv:PROFILES:BUDGET[:SEED] ...
     .venv/bin/python benchmarks/policies/policy_pull_replica.py --pool-strength 1 --pool-strength 8 \\
@@ -82,7 +86,8 @@ from proxy.service.predicted import Predicted, PredictedProbes
 LENGTH = 0.3  # seconds per chronon, as the live bench
 ORIGIN = 1.7e9  # model seconds of chronon 0
 WEEK = 7 * 86_400.0
-PLACEHOLDER = -1.0  # the chronon the live bench dates each feed's placeholder entry at (about)
+PLACEHOLDER = -1.0  # the chronon the live bench dates each feed's placeholder entry at, before its lead (about)
+LEAD = 10  # the live bench's lead: its rules exist this many chronons before the run (LiveConfig.lead_chronons)
 RATES = ("learnt", "run", "past")  # replay's rates: the service's, or an oracle's
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 
@@ -93,7 +98,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            seed: int = 1, fade: float = EVIDENCE_FADE,
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
-           days: float = DAYS, whole_windows: bool = False) -> tuple[float, float, float, int]:
+           days: float = DAYS, whole_windows: bool = False, lead: int = 0) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -111,6 +116,10 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     ``whole_windows``: the service's completeness counts only the CEIs whose every EI has its
     whole window inside the run (the bench cuts the last ones at its end; ``proxy plan`` runs on
     past its horizon until they resolve); the readers' still count every CEI.
+    ``lead``: chronons the loop runs before the run with the rules in place and every document
+    holding only its placeholder, as the live bench's ``lead_chronons`` (``LEAD``); their
+    probes are spent but not counted. 0, the default, starts the rules at chronon 0 (the
+    figures of ``docs/discovery.md`` before 2026-11-28).
     """
     if rates not in RATES:
         raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
@@ -141,8 +150,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         """When the farm dates update ``u``: published just before its chronon, in whole seconds."""
         return float(math.floor(ORIGIN + (u - 0.1) * length))
 
+    placeholder = PLACEHOLDER - lead  # dated a chronon before the rules exist
     probes: list[ProbeRec] = []
-    for t in range(chronons):
+    for t in range(-lead, chronons):
         weight: dict[int, float] = defaultdict(float)
         groups: list[tuple[list[int], float]] = []  # TriggerEvaluator.update_groups
         for i, w in enumerate(watches):
@@ -156,8 +166,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         feeds = [r for r in watched if r in waits and r not in first]
         if rates == "past":
             seen = [sum(1 for u in ups[r] if u <= t) for r in feeds]
-            pace = (sum(seen) + 1.0) / (len(feeds) * (t + 1.0) + 1.0)
-            rate = [(c + 0.5) / (t + 1.0 + 0.5 / pace) for c in seen]
+            pace = (sum(seen) + 1.0) / (len(feeds) * (max(t, 0) + 1.0) + 1.0)
+            rate = [(c + 0.5) / (max(t, 0) + 1.0 + 0.5 / pace) for c in seen]
         elif rates == "run":
             rate = [max(len(ups[r]) / chronons, 1e-9) for r in feeds]
         else:
@@ -167,7 +177,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                                         [waits[r] for r in feeds], window, shape=[shapes[r] for r in feeds],
                                         groups=lambda g=groups: g)
         for r in picked:
-            probes.append(ProbeRec(r, t, float(t), True))
+            if t >= 0:  # the lead's probes are not the run's
+                probes.append(ProbeRec(r, t, float(t), True))
             at = ORIGIN + t * length
             before = last[r]
             # The first probe's changes are those dated since the rules' install (before chronon 0):
@@ -185,7 +196,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
             # The farm's document: its placeholder entry (dated a chronon before the run), then
             # the updates so far, the newest 20.
-            models.observe_document(r, at, [dated(u) for u in [PLACEHOLDER, *(u for u in ups[r] if u <= t)]][-20:])
+            models.observe_document(r, at, [dated(u) for u in [placeholder, *(u for u in ups[r] if u <= t)]][-20:])
             last[r], last_at[r] = t, at
             if planner is not None:
                 planner.on_probe(r, t, before is not None and bool(found))
@@ -244,6 +255,9 @@ def main() -> None:
     parser.add_argument("--chronon-seconds", type=float, default=LENGTH,
                         help=f"seconds per chronon on the models' clock (default {LENGTH}, the live bench's; "
                              f"{DAYS * 86_400 // CHRONONS}: the trace's real time)")
+    parser.add_argument("--lead", type=int, default=0,
+                        help=f"chronons the rules exist before the run, their probes finding only the placeholder "
+                             f"(default 0; {LEAD}: as the live bench)")
     args = parser.parse_args()
     modes = [_mode(m) for m in args.predicted or ["off"]]
     columns = [(z, e, pool, explore, *m) for z in (args.z or [OPTIMISM_Z])
@@ -264,7 +278,7 @@ def main() -> None:
                                      args.chronon_seconds, kinds, pool=pool, explore=explore,
                                      seed=int(seed[0]) if seed else 1, fade=args.fade,
                                      rounds=args.rounds, rank=args.rank, window=args.window,
-                                     rates=args.rates,
+                                     rates=args.rates, lead=args.lead,
                                      chronons=args.chronons, days=args.days)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")

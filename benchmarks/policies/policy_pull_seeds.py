@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 
 
-def worker(tree: Path, specs: list[str], oracle: bool = False) -> None:
+def worker(tree: Path, specs: list[str], oracle: bool = False, lead: int = 0) -> None:
     """In a child process: replay ``specs`` with ``tree``'s replica, one JSON line per trace."""
     sys.path[:0] = [str(tree / "benchmarks" / "policies"), str(tree)]
     import policy_pull_replica as replica  # the tree's own, with its own proxy
@@ -46,15 +46,17 @@ def worker(tree: Path, specs: list[str], oracle: bool = False) -> None:
         seed = int(rest[0]) if rest else 1
         replica.trace_workload = lambda path, _s=seed, **kw: wrapped(path, **{**kw, "seed": _s})
         # An older tree's replay may have no rates argument: pass it only for the oracle.
-        extra = {"rates": "run"} if oracle else {}
+        extra: dict[str, object] = {"rates": "run"} if oracle else {}
+        if lead:  # likewise no lead argument before 2026-11-28
+            extra["lead"] = lead
         live, rr, ad, probes = replica.replay(Path(name), int(profiles), int(budget), 2.0, **extra)
         print(json.dumps({"spec": spec, "live": live, "rr": rr, "ad": ad, "probes": probes}), flush=True)
 
 
-def replay_all(tree: Path, specs: list[str], oracle: bool = False) -> dict[str, dict[str, float]]:
+def replay_all(tree: Path, specs: list[str], oracle: bool = False, lead: int = 0) -> dict[str, dict[str, float]]:
     """Each spec's replay by ``tree``'s replica, keyed by the spec as given (its trace path may be relative to here)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    flag = ["--oracle"] if oracle else []
+    flag = (["--oracle"] if oracle else []) + ([f"--lead={lead}"] if lead else [])
     # The worker runs in ``tree``: give it absolute trace paths.
     given = {f"{Path(name).resolve()}:{rest}": spec
              for spec in specs for name, _, rest in [spec.partition(":")]}
@@ -68,8 +70,12 @@ def replay_all(tree: Path, specs: list[str], oracle: bool = False) -> dict[str, 
 
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        oracle = len(sys.argv) > 3 and sys.argv[3] == "--oracle"
-        worker(Path(sys.argv[2]), sys.argv[4:] if oracle else sys.argv[3:], oracle)
+        rest, oracle, lead = sys.argv[3:], False, 0
+        while rest and rest[0].startswith("--"):
+            flag, rest = rest[0], rest[1:]
+            oracle = oracle or flag == "--oracle"
+            lead = int(flag.partition("=")[2]) if flag.startswith("--lead=") else lead
+        worker(Path(sys.argv[2]), rest, oracle, lead)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--before", type=Path, required=True, help="source tree of the older version")
@@ -78,9 +84,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="CSV to write (one row per trace)")
     parser.add_argument("--oracle-after", action="store_true",
                         help="this version given every feed's true mean rate (what learning costs, with --before .)")
+    parser.add_argument("--lead", type=int, default=0,
+                        help="chronons the rules exist before the run, as the live bench's 10 (default 0; both "
+                             "trees' replicas must take it)")
     args = parser.parse_args()
     specs = [s for g in args.group for s in g[1:]]
-    before, after = replay_all(args.before.resolve(), specs), replay_all(ROOT, specs, args.oracle_after)
+    before = replay_all(args.before.resolve(), specs, lead=args.lead)
+    after = replay_all(ROOT, specs, args.oracle_after, args.lead)
     rows = []
     for name, *group in args.group:
         ratios: tuple[list[float], list[float]] = ([], [])
