@@ -233,7 +233,7 @@ def test_pull_replica_seeds_take_relative_traces_and_a_lead(tmp_path, monkeypatc
     from proxy.sim.synthetic import weekly_trace, write_trace_csv
 
     root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "benchmarks" / "policies"))
+    monkeypatch.syspath_prepend(str(root / "benchmarks" / "policies"))
     import policy_pull_seeds
 
     write_trace_csv(weekly_trace(60, 5), tmp_path / "t.csv")

@@ -194,7 +194,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                     covered[i][r] = u
                     if len(covered[i]) == len(watches[i]):
                         prev[i], covered[i], alive[i] = max(covered[i].values()), {}, True
-            # The farm's document: its placeholder entry (dated a chronon before the run), then
+            # The farm's document: its placeholder entry (dated a chronon before the rules exist), then
             # the updates so far, the newest 20.
             models.observe_document(r, at, [dated(u) for u in [placeholder, *(u for u in ups[r] if u <= t)]][-20:])
             last[r], last_at[r] = t, at

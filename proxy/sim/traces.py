@@ -4,11 +4,11 @@ Input: a CSV of two columns, ``resource,timestamp``, under a header
 (``shared/traces/real_feeds_items.csv`` names them
 ``feed_id,timestamp_utc_iso``) or none: a first row whose second column reads
 as a timestamp is data.  A header that names its columns picks them, in any
-order among any others (:func:`header_columns`).  Resource names are mapped to the ids ``0..n-1`` in
-sorted order.  Timestamps are ISO 8601 (a trailing ``Z``, ``UTC`` or ``GMT``
-is UTC, a naive time is taken as UTC), or as feeds write them (RFC 822,
-``Tue, 02 Jun 2021 09:30:00 GMT``), or Unix epoch seconds (milliseconds above
-``1e11``).
+order among any others (:func:`header_columns`).  Resource names are mapped
+to the ids ``0..n-1`` in sorted order.  Timestamps are ISO 8601 (a trailing
+``Z``, ``UTC`` or ``GMT`` is UTC, a naive time is taken as UTC), or as feeds
+write them (RFC 822, ``Tue, 02 Jun 2021 09:30:00 GMT``), or Unix epoch
+seconds (milliseconds above ``1e11``).
 
 Real feeds hold junk: placeholder dates (``0001-01-01``, in RFC 822 form
 too, where the standard library alone would read the year as 2001), dates in
@@ -151,8 +151,8 @@ def header_columns(header: list[str]) -> tuple[int, int]:
     """``(resource, timestamp)`` column positions a header row names; ``(0, 1)`` where it names neither.
 
     An export with more columns or another order (``title,published,feed_url``)
-    is read by its names; the one column a header names, the other is the first
-    of the rest.
+    is read by its names. Where a header names only one of the two, the other
+    is the first of the remaining columns.
     """
     when = _column(header, _TIME_COLUMNS, None)
     name = _column(header, _NAME_COLUMNS, when)
