@@ -65,7 +65,10 @@ async def test_the_status_names_the_feed_a_watch_rule_still_waits_for(database_u
 
         rule = await eventually(done, what="a probe finding feed b's update, completing the CEI")
         assert rule["building_cei"] is None and rule["waiting_for"] == [ids["a"], ids["b"]]
-        ceis = (await px.get(f"/api/v1/profiles/{pid}/ceis")).json()["items"]
+        async def written() -> list[dict[str, Any]]:  # the live status runs ahead of the writer
+            return list((await px.get(f"/api/v1/profiles/{pid}/ceis")).json()["items"])
+
+        ceis = await eventually(written, what="the completed CEI written")
         assert [c["id"] for c in ceis] == [f"r{rule_id}:0"]
         # The next CEI counts only updates after the last one of this CEI.
         last = max(dt.datetime.fromisoformat(ei["window_start"]) for ei in ceis[0]["eis"])
