@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -33,6 +34,13 @@ import pytest
 
 if TYPE_CHECKING:
     from proxy.store import Store
+
+# A runner that starts the suite in the background without job control (`cmd &` in a script)
+# leaves SIGINT ignored, and every child inherits that: the Ctrl-C tests' subprocesses would
+# then never see their SIGINT. A handler, unlike SIG_IGN, is reset to the default in an
+# exec'd child, so the children start as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "PROXY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
