@@ -10,12 +10,17 @@ restarted loses no queued job and the workers reconnect by themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import json
+import shutil
 import signal
 from pathlib import Path
 
 import httpx
+import nats
 import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from proxy.cluster import (
     BrokerProber,
@@ -23,16 +28,19 @@ from proxy.cluster import (
     Job,
     JobResult,
     MessageError,
+    ProbeWorker,
     decode_job,
     decode_result,
     encode_job,
     encode_result,
 )
+from proxy.cluster.broker import PullConsumer, connect
 from proxy.farm import FeedFarm
 from proxy.feeds import (
     AddressPolicy,
     Entry,
     FeedState,
+    FetcherSettings,
     Gone,
     MemoryKnownEntries,
     NetworkError,
@@ -210,3 +218,92 @@ async def test_the_broker_restarted_loses_no_job_and_workers_reconnect(
             assert all(isinstance(r, Ok) for r in again), again
     assert prober.results == 15 and prober.timeouts == 0
     assert sum(farm.stats(f).requests for f in feeds) >= 15
+
+
+@pytest.mark.slow
+async def test_a_broker_back_without_its_store_gets_streams_and_consumers_made_again(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # A broker restarted without its volume: no streams, no consumers. Before, the worker
+    # fetched from a consumer that no longer existed and the scheduler published to no stream,
+    # for ever; now both make what is missing and probing goes on.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
+    await upgrade_database(url)
+    env = role_env(url, nats_server.url)
+    feeds = [f"f{i}" for i in range(6)]
+    port = free_port()
+    async with (FeedFarm(feeds, prefill=2) as farm, _prober(nats_server) as prober,
+                serve_role("worker", env, port, tmp_path / "w.log")):
+        await _worker_ready(port)
+        first = await asyncio.gather(*(
+            prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW) for f in feeds[:3]))
+        assert all(isinstance(r, Ok) for r in first), first
+        await nats_server.kill()
+        for path in nats_server.store_dir.iterdir():
+            if path.is_dir():  # the JetStream store; the log file stays
+                shutil.rmtree(path)
+        await nats_server.start()
+        after = await asyncio.wait_for(asyncio.gather(*(
+            prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW) for f in feeds[3:])), 60)
+        assert all(isinstance(r, Ok) for r in after), after
+        metrics = await _metrics(port)
+    assert metrics['proxy_worker_consumer_repairs_total{kind="recreated"}'] == 1.0
+    assert metrics['proxy_worker_consumer_repairs_total{kind="resubscribed"}'] == 0.0
+    assert prober.results_consumer is not None and prober.results_consumer.recreated == 1
+    events = [json.loads(line) for line in (tmp_path / "w.log").read_text().splitlines()
+              if line.startswith("{")]
+    recreated = [e for e in events if e["event"] == "consumer_recreated"]
+    assert [(e["consumer"], e["stream"]) for e in recreated] == [("proxy-workers", "PROXY_JOBS")]
+
+
+async def test_a_consumer_deleted_under_a_running_worker_is_made_again(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    settings = BrokerSettings(nats_server.url, ack_wait=5)
+    worker = ProbeWorker(settings, FetcherSettings(allow_private_networks=True), concurrency=4)
+    task = asyncio.create_task(worker.run())
+    try:
+        async with FeedFarm(["a", "b"], prefill=1) as farm, _prober(nats_server) as prober:
+            ok = await prober.probe(FeedState(farm.url("a")), NothingKnown(), now=NOW)
+            assert isinstance(ok, Ok) and worker.connected
+            nc = await nats.connect(nats_server.url)
+            try:
+                assert await nc.jetstream().delete_consumer("PROXY_JOBS", "proxy-workers")
+            finally:
+                await nc.close()
+            again = await asyncio.wait_for(
+                prober.probe(FeedState(farm.url("b")), NothingKnown(), now=NOW), 60)
+            assert isinstance(again, Ok), again
+        assert worker.consumer is not None and worker.consumer.recreated == 1
+        assert worker.probed == 2
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_pull_subscription_gone_silent_is_made_afresh(nats_server: NatsServer) -> None:
+    # The broker forgets this client's interest in the pull inbox while the client believes
+    # it is subscribed (what nats-io/nats.py#504 reports after restarts): jobs wait, fetches
+    # time out. The consumer notices the waiting jobs and subscribes again.
+    nc = await connect(nats_server.url, "silent")
+    try:
+        consumer = PullConsumer(
+            nc, "proxy.jobs", "proxy-workers", "PROXY_JOBS",
+            lambda: ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30), check_every=0.5)
+        await consumer.open()
+        assert consumer.ready and await consumer.fetch(1) == []
+        sub = consumer._sub
+        assert sub is not None
+        await nc._send_command(f"UNSUB {sub._sub._id}\r\n".encode())  # the fault, on the wire
+        await nc.flush()
+        await nc.jetstream().publish("proxy.jobs", b"job", stream="PROXY_JOBS")
+        got: list[bytes] = []
+        for _ in range(10):
+            got += [m.data for m in await consumer.fetch(1)]
+            if got:
+                break
+        assert got == [b"job"]
+        assert consumer.resubscribed == 1 and consumer.recreated == 0
+    finally:
+        await nc.close()

@@ -38,6 +38,7 @@ import itertools
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -46,6 +47,7 @@ import nats.errors
 import nats.js.errors
 import structlog
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, RetentionPolicy, StorageType
 
@@ -56,8 +58,8 @@ from proxy.feeds.fetch import check_feed_url
 from proxy.feeds.politeness import HostLimiter
 from proxy.feeds.ssrf import AddressPolicy, SystemResolver
 
-__all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "connect",
-           "ensure_streams"]
+__all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "PullConsumer",
+           "connect", "ensure_streams"]
 
 log = structlog.get_logger("proxy.cluster")
 
@@ -118,6 +120,139 @@ async def ensure_streams(js: JetStreamContext) -> None:
                                 duplicate_window=DUPLICATE_WINDOW_SECONDS)
 
 
+#: An idle pull consumer asks the broker about itself this often (and at once after a reconnect).
+CONSUMER_CHECK_SECONDS = 10.0
+
+
+class PullConsumer:
+    """A durable pull consumer that outlives what the broker forgets.
+
+    ``await consumer.fetch(n)`` gives up to ``n`` messages, or none after about a
+    second; it never raises for the broker's sake. nats-py re-sends a subscription's
+    interest after a reconnect but nothing more, and a durable pull consumer can
+    still go silent: a broker that came back without its store (no volume, a wiped
+    directory) has neither the streams nor the consumer, an operator may delete the
+    consumer, and a pull subscription can stop receiving after a restart
+    (nats-io/nats.py#504). So, after a reconnect, after an error answer, and every
+    :data:`CONSUMER_CHECK_SECONDS` of fetching nothing, the consumer asks the broker
+    for its own state: missing, it re-creates the streams and itself; if messages
+    wait (``num_pending``) and the next fetch does not get one either, it
+    subscribes afresh. Unacknowledged messages held by the old subscription are
+    delivered again after ``ack_wait``, as for any lost worker.
+    """
+
+    def __init__(self, nc: NATS, subject: str, durable: str, stream: str,
+                 config: Callable[[], ConsumerConfig], *,
+                 check_every: float = CONSUMER_CHECK_SECONDS,
+                 on_repair: Callable[[str], None] | None = None) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self.subject = subject
+        self.durable = durable
+        self.stream = stream
+        self._config = config
+        self.check_every = check_every
+        self._on_repair = on_repair
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self._reconnects = 0
+        self._check_due = time.monotonic() + check_every
+        self._stalled = False
+        self._warn_due = 0.0
+        #: Times the consumer was re-created (the broker had lost it) or re-subscribed (stalled).
+        self.recreated = 0
+        self.resubscribed = 0
+
+    @property
+    def ready(self) -> bool:
+        """Subscribed (a broker that is away shows in the connection, not here)."""
+        return self._sub is not None
+
+    async def open(self) -> None:
+        """Create the streams and the consumer if missing, and subscribe (raises if the broker
+        does not answer)."""
+        await ensure_streams(self._js)
+        await self._subscribe()
+
+    async def _subscribe(self) -> None:
+        old, self._sub = self._sub, None
+        if old is not None:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await old.unsubscribe()
+        self._sub = await self._js.pull_subscribe(self.subject, durable=self.durable,
+                                                  stream=self.stream, config=self._config())
+        self._reconnects = self._nc.stats["reconnects"]
+        self._stalled = False
+        self._check_due = time.monotonic() + self.check_every
+
+    async def fetch(self, n: int) -> list[Msg]:
+        """Up to ``n`` messages; none if there are none within about a second or the broker
+        is away (the client reconnects by itself; this method repairs the rest)."""
+        try:
+            if self._sub is None:
+                await self.open()
+            assert self._sub is not None
+            if self._nc.stats["reconnects"] != self._reconnects:
+                self._reconnects = self._nc.stats["reconnects"]
+                self._check_due = 0.0  # at the first empty fetch after it
+            try:
+                msgs = await self._sub.fetch(batch=n, timeout=1.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                msgs = []
+            except nats.js.errors.APIError as exc:  # an error answer: no consumer, no stream…
+                log.info("consumer_error", consumer=self.durable, error=repr(exc))
+                self._check_due = 0.0
+                await asyncio.sleep(0.25)
+                msgs = []
+            if msgs:
+                self._stalled = False
+                return msgs
+            if self._stalled:  # messages were waiting, and this fetch got none of them either
+                log.warning("consumer_resubscribed", consumer=self.durable,
+                            reason="messages wait on the broker but none came")
+                await self._subscribe()
+                self._repaired("resubscribed")
+            elif time.monotonic() >= self._check_due:
+                await self._check()
+        except (nats.errors.Error, TimeoutError) as exc:  # reconnecting: try again shortly
+            now = time.monotonic()
+            if self._sub is None and now >= self._warn_due:  # e.g. a broker without JetStream
+                self._warn_due = now + 30.0
+                log.warning("consumer_unavailable", consumer=self.durable, stream=self.stream,
+                            error=repr(exc))
+            else:
+                log.debug("consumer_fetch_failed", consumer=self.durable, error=repr(exc))
+            await asyncio.sleep(0.25)
+        return []
+
+    async def _check(self) -> None:
+        """Ask the broker about this consumer: re-create it if it is gone; if messages wait,
+        the next fetch must get one (or the subscription is made afresh)."""
+        try:
+            info = await self._js.consumer_info(self.stream, self.durable, timeout=2.0)
+        except nats.js.errors.NotFoundError:
+            log.warning("consumer_recreated", consumer=self.durable, stream=self.stream,
+                        reason="the broker has no such consumer (or stream) any more")
+            await self.open()
+            self._repaired("recreated")
+            return
+        self._check_due = time.monotonic() + self.check_every
+        self._stalled = (info.num_pending or 0) > 0
+
+    def _repaired(self, kind: str) -> None:
+        if kind == "recreated":
+            self.recreated += 1
+        else:
+            self.resubscribed += 1
+        if self._on_repair is not None:
+            self._on_repair(kind)
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+
 @dataclass
 class _Pending:
     future: asyncio.Future[ProbeResult]
@@ -140,6 +275,7 @@ class BrokerProber:
         self._pending: dict[str, _Pending] = {}
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
+        self.results_consumer: PullConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         #: Jobs stored by the broker, results applied, results for jobs already answered
         #: (dropped), jobs nobody answered in time.
@@ -154,12 +290,12 @@ class BrokerProber:
 
     async def __aenter__(self) -> BrokerProber:
         nc = self._nc = await connect(self.settings.url, f"proxy-scheduler-{self.id}")
-        js = self._js = nc.jetstream()
-        await ensure_streams(js)
-        sub = await js.pull_subscribe(
-            f"{RESULTS_PREFIX}.{self.id}", durable=f"results-{self.id}", stream=RESULTS_STREAM,
-            config=ConsumerConfig(ack_wait=30, inactive_threshold=RESULTS_MAX_AGE_SECONDS))
-        self._task = asyncio.create_task(self._receive(sub), name="proxy-broker-results")
+        self._js = nc.jetstream()
+        results = self.results_consumer = PullConsumer(
+            nc, f"{RESULTS_PREFIX}.{self.id}", f"results-{self.id}", RESULTS_STREAM,
+            lambda: ConsumerConfig(ack_wait=30, inactive_threshold=RESULTS_MAX_AGE_SECONDS))
+        await results.open()
+        self._task = asyncio.create_task(self._receive(results), name="proxy-broker-results")
         log.info("broker_connected", role="scheduler", prober=self.id)
         return self
 
@@ -223,6 +359,10 @@ class BrokerProber:
                 if time.time() + 0.25 >= deadline:
                     log.error("job_not_published", job=job.id, error=repr(exc))
                     return False
+                if isinstance(exc, nats.js.errors.NoStreamResponseError):
+                    # Connected, but no stream takes the subject: a broker that lost its store.
+                    with contextlib.suppress(nats.errors.Error, TimeoutError):
+                        await ensure_streams(self._js)
                 await asyncio.sleep(0.25)
 
     def _failed(self, state: FeedState, started: float, reason: str) -> NetworkError:
@@ -230,17 +370,9 @@ class BrokerProber:
                                             state.consecutive_errors + 1),
                             elapsed=time.perf_counter() - started, reason=reason)
 
-    async def _receive(self, sub: JetStreamContext.PullSubscription) -> None:
+    async def _receive(self, results: PullConsumer) -> None:
         while True:
-            try:
-                msgs = await sub.fetch(batch=256, timeout=1.0)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except nats.errors.Error as exc:  # reconnecting: the client retries by itself
-                log.debug("results_fetch_failed", error=repr(exc))
-                await asyncio.sleep(0.25)
-                continue
-            for msg in msgs:
+            for msg in await results.fetch(256):
                 self._apply(msg.data)
                 with contextlib.suppress(nats.errors.Error, TimeoutError):
                     # Not acked (broker away): redelivered later, then dropped as a duplicate.

@@ -38,8 +38,8 @@ from proxy.cluster.broker import (
     JOBS_SUBJECT,
     WORKERS_CONSUMER,
     BrokerSettings,
+    PullConsumer,
     connect,
-    ensure_streams,
 )
 from proxy.cluster.codec import JobResult, MessageError, decode_job, encode_result
 from proxy.feeds import Fetcher, FetcherSettings, NothingKnown
@@ -65,8 +65,15 @@ class WorkerMetrics:
         self.inflight = Gauge("proxy_worker_inflight", "Jobs being probed now.", registry=r)
         self.connected = Gauge("proxy_worker_broker_connected", "1 while connected to the broker.",
                                registry=r)
+        self.repairs = Counter(
+            "proxy_worker_consumer_repairs",
+            "Times the jobs consumer was made again because the broker had lost it (recreated) "
+            "or subscribed afresh because jobs waited but none came (resubscribed).",
+            ["kind"], registry=r)
         for result in ("probed", "expired", "malformed"):
             self.jobs.labels(result=result)
+        for kind in ("recreated", "resubscribed"):
+            self.repairs.labels(kind=kind)
 
 
 class ProbeWorker:
@@ -84,22 +91,28 @@ class ProbeWorker:
         self.id = f"{socket.gethostname()}:{os.getpid()}"
         self.probed = 0
         self._nc: NATS | None = None
+        self.consumer: PullConsumer | None = None
         self._free = asyncio.Semaphore(concurrency)
 
     @property
     def connected(self) -> bool:
-        return self._nc is not None and self._nc.is_connected
+        """Connected to the broker and subscribed to the jobs (what /readyz reports)."""
+        return (self._nc is not None and self._nc.is_connected and self.consumer is not None
+                and self.consumer.ready)
 
     async def run(self) -> None:
+        """Take and probe jobs until cancelled. A broker that is not up yet is waited for
+        (the client retries for ever); once connected, the client reconnects by itself and
+        :class:`~proxy.cluster.broker.PullConsumer` repairs what the broker forgot."""
         nc = self._nc = await connect(self.broker.url, f"proxy-worker-{self.id}")
         tasks: set[asyncio.Task[None]] = set()
         try:
             js = nc.jetstream()
-            await ensure_streams(js)
-            sub = await js.pull_subscribe(
-                JOBS_SUBJECT, durable=WORKERS_CONSUMER, stream=JOBS_STREAM,
-                config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=self.broker.ack_wait,
-                                      max_ack_pending=-1))
+            self.consumer = PullConsumer(
+                nc, JOBS_SUBJECT, WORKERS_CONSUMER, JOBS_STREAM,
+                lambda: ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
+                                       ack_wait=self.broker.ack_wait, max_ack_pending=-1),
+                on_repair=lambda kind: self.metrics.repairs.labels(kind=kind).inc())
             log.info("worker_started", worker=self.id, concurrency=self.concurrency)
             async with Fetcher(self.fetcher_settings) as fetcher:
                 while True:
@@ -109,7 +122,7 @@ class ProbeWorker:
                     while free < self.concurrency and not self._free.locked():
                         await self._free.acquire()
                         free += 1
-                    msgs = await self._fetch(sub, free)
+                    msgs = await self.consumer.fetch(free)
                     for _ in range(free - len(msgs)):
                         self._free.release()
                     for msg in msgs:
@@ -122,16 +135,6 @@ class ProbeWorker:
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await nc.close()
-
-    async def _fetch(self, sub: JetStreamContext.PullSubscription, n: int) -> list[Msg]:
-        try:
-            return await sub.fetch(batch=n, timeout=1.0)
-        except (nats.errors.TimeoutError, TimeoutError):
-            return []
-        except nats.errors.Error as exc:  # reconnecting: the client retries by itself
-            log.debug("jobs_fetch_failed", error=repr(exc))
-            await asyncio.sleep(0.25)
-            return []
 
     async def _handle(self, js: JetStreamContext, fetcher: Fetcher, msg: Msg) -> None:
         m = self.metrics
