@@ -307,3 +307,47 @@ async def test_a_pull_subscription_gone_silent_is_made_afresh(nats_server: NatsS
         assert consumer.resubscribed == 1 and consumer.recreated == 0
     finally:
         await nc.close()
+
+
+@pytest.mark.slow
+async def test_a_worker_started_before_the_broker_waits_and_logs_the_outage_once(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
+    await upgrade_database(url)
+    env = role_env(url, nats_server.url.replace("nats://", "nats://ops:s3cret@"))
+    port = free_port()
+    await nats_server.kill()
+    async with (FeedFarm(["a", "b"], prefill=1) as farm,
+                serve_role("worker", env, port, tmp_path / "w.log")):
+
+        async def answers() -> bool:
+            try:
+                async with httpx.AsyncClient(timeout=2) as c:
+                    r = await c.get(f"http://127.0.0.1:{port}/readyz")
+            except httpx.TransportError:
+                return False
+            assert r.status_code == 503 and r.json()["broker"] is False
+            return True
+
+        await eventually(answers, within=30, what="the worker answering /readyz")
+        await asyncio.sleep(2.0)  # ~8 connection attempts at 0.25 s
+        await nats_server.start()
+        await _worker_ready(port)
+        async with _prober(nats_server) as prober:
+            first = await prober.probe(FeedState(farm.url("a")), NothingKnown(), now=NOW)
+            await nats_server.restart()
+            second = await asyncio.wait_for(
+                prober.probe(FeedState(farm.url("b")), NothingKnown(), now=NOW), 60)
+    assert isinstance(first, Ok) and isinstance(second, Ok), (first, second)
+    text = (tmp_path / "w.log").read_text()
+    assert "Traceback" not in text and "s3cret" not in text
+    events = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    warned = [e["error"] for e in events if e["event"] == "broker_error" and e["level"] == "warning"]
+    # Once for the broker not there at start (not once per attempt), once for its restart.
+    assert len(warned) == 2 and "refused" in warned[0] and "unexpected EOF" in warned[1], warned
+    assert {e["url"] for e in events if "url" in e} == {nats_server.url}  # no credentials
+    assert [e["event"] for e in events if e["event"].startswith("broker_")].count(
+        "broker_disconnected") == 1
+    back = [e for e in events if e["event"] == "broker_reconnected"]
+    assert len(back) == 1 and back[0]["after_seconds"] < 30

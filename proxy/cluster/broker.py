@@ -56,7 +56,7 @@ from proxy.errors import SettingsError
 from proxy.feeds import FeedState, KnownEntries, NetworkError, ProbeResult
 from proxy.feeds.fetch import check_feed_url
 from proxy.feeds.politeness import HostLimiter
-from proxy.feeds.ssrf import AddressPolicy, SystemResolver
+from proxy.feeds.ssrf import AddressPolicy, SystemResolver, redact_url
 
 __all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "PullConsumer",
            "connect", "ensure_streams"]
@@ -96,11 +96,60 @@ def check_broker_url(url: str) -> str:
     return url
 
 
+#: A connection error of one kind is logged once per this many seconds while it repeats.
+ERROR_LOG_SECONDS = 60.0
+
+
+class _ConnectionLog:
+    """What the client says about its connection, as a line per change of state.
+
+    nats-py's own default logs a traceback at every attempt (about four a second
+    while the broker is down, since it retries every 0.25 s); an operator needs
+    "disconnected", the error once a minute while it lasts, and "reconnected after
+    N s". URLs are logged without credentials.
+    """
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        self.url = redact_url(url)
+        self._logged: dict[str, float] = {}
+        self._down_since: float | None = None
+        self.client: NATS | None = None  # set once connected
+
+    async def error(self, exc: Exception) -> None:
+        kind = type(exc).__name__
+        now = time.monotonic()
+        if now - self._logged.get(kind, -ERROR_LOG_SECONDS) >= ERROR_LOG_SECONDS:
+            self._logged[kind] = now
+            log.warning("broker_error", client=self.name, url=self.url,
+                        error=str(exc) or kind, repeats_logged_every=ERROR_LOG_SECONDS)
+        else:
+            log.debug("broker_error", client=self.name, error=str(exc) or kind)
+
+    async def disconnected(self) -> None:
+        if self.client is not None and self.client.is_closed:
+            return  # closed by this process, not lost
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("broker_disconnected", client=self.name, url=self.url)
+
+    async def reconnected(self) -> None:
+        down = time.monotonic() - self._down_since if self._down_since is not None else 0.0
+        self._down_since = None
+        self._logged.clear()
+        log.info("broker_reconnected", client=self.name, url=self.url,
+                 after_seconds=round(down, 2))
+
+
 async def connect(url: str, name: str) -> NATS:
-    """A client that reconnects for ever (the broker restarting must not end a process)."""
-    return await nats.connect(
+    """A client that reconnects for ever (the broker restarting must not end a process), and
+    waits for ever for a broker that is not up yet; it logs as :class:`_ConnectionLog` says."""
+    events = _ConnectionLog(name, url)
+    events.client = await nats.connect(
         check_broker_url(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-        connect_timeout=5, allow_reconnect=True)
+        connect_timeout=5, allow_reconnect=True, error_cb=events.error,
+        disconnected_cb=events.disconnected, reconnected_cb=events.reconnected)
+    return events.client
 
 
 async def ensure_streams(js: JetStreamContext) -> None:
