@@ -81,7 +81,8 @@ class NatsServer:
         await self.start()
 
 
-def _require_binary() -> None:
+def require_nats_server() -> None:
+    """Skip the test without a nats-server binary (fail it under PROXY_REQUIRE_BROKER=1)."""
     if NATS_SERVER is not None:
         return
     reason = "nats-server not installed (apt-get install nats-server)"
@@ -92,7 +93,7 @@ def _require_binary() -> None:
 
 @pytest.fixture
 async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
-    _require_binary()
+    require_nats_server()
     store = tmp_path / "jetstream"
     store.mkdir()
     server = NatsServer(store)

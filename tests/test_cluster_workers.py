@@ -34,7 +34,7 @@ from proxy.cluster import (
     encode_job,
     encode_result,
 )
-from proxy.cluster.broker import PullConsumer, connect
+from proxy.cluster.broker import NoJetStreamError, PullConsumer, connect
 from proxy.farm import FeedFarm
 from proxy.feeds import (
     AddressPolicy,
@@ -54,7 +54,15 @@ from proxy.feeds import (
     TooLarge,
 )
 from proxy.store import upgrade_database
-from tests.cluster_support import NatsServer, free_port, nats_server, role_env, serve_role
+from tests.cluster_support import (
+    NATS_SERVER,
+    NatsServer,
+    free_port,
+    nats_server,
+    require_nats_server,
+    role_env,
+    serve_role,
+)
 from tests.test_e2e_support import eventually, parse_metrics
 
 __all__ = ["nats_server"]  # the fixture, imported for pytest
@@ -351,3 +359,44 @@ async def test_a_worker_started_before_the_broker_waits_and_logs_the_outage_once
         "broker_disconnected") == 1
     back = [e for e in events if e["event"] == "broker_reconnected"]
     assert len(back) == 1 and back[0]["after_seconds"] < 30
+
+
+async def test_a_broker_without_jetstream_is_named_not_waited_on_in_silence(tmp_path: Path) -> None:
+    require_nats_server()
+    assert NATS_SERVER is not None
+    port = free_port()
+    with (tmp_path / "nats.log").open("wb") as sink:
+        server = await asyncio.create_subprocess_exec(  # no -js
+            NATS_SERVER, "-a", "127.0.0.1", "-p", str(port), stdout=sink, stderr=sink)
+    try:
+        url = f"nats://127.0.0.1:{port}"
+
+        async def listening() -> bool:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await eventually(listening, within=20, what="nats-server listening")
+        # The scheduler refuses to start, naming the cause.
+        prober = BrokerProber(BrokerSettings(url), AddressPolicy(allow_private_networks=True))
+        with pytest.raises(NoJetStreamError, match=r"nats://127\.0\.0\.1:\d+ answers no JetStream "
+                           r"request: start it with JetStream on \(nats-server -js"):
+            await prober.__aenter__()
+        await prober.aclose()
+        # A worker keeps trying (the broker may be reconfigured) and is not ready meanwhile.
+        worker = ProbeWorker(BrokerSettings(url), FetcherSettings(allow_private_networks=True))
+        task = asyncio.create_task(worker.run())
+        try:
+            await asyncio.sleep(1.5)
+            assert not task.done() and not worker.connected
+            assert worker.consumer is not None and not worker.consumer.ready
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        server.terminate()
+        await server.wait()

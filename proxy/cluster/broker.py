@@ -58,8 +58,8 @@ from proxy.feeds.fetch import check_feed_url
 from proxy.feeds.politeness import HostLimiter
 from proxy.feeds.ssrf import AddressPolicy, SystemResolver, redact_url
 
-__all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "PullConsumer",
-           "connect", "ensure_streams"]
+__all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "NoJetStreamError",
+           "PullConsumer", "connect", "ensure_streams"]
 
 log = structlog.get_logger("proxy.cluster")
 
@@ -169,6 +169,18 @@ async def ensure_streams(js: JetStreamContext) -> None:
                                 duplicate_window=DUPLICATE_WINDOW_SECONDS)
 
 
+class NoJetStreamError(nats.errors.Error):
+    """The broker answers, but not to JetStream requests: started without ``-js``."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    def __str__(self) -> str:
+        return (f"the NATS server at {self.url} answers no JetStream request: start it with "
+                "JetStream on (nats-server -js, or 'jetstream {}' in its configuration file)")
+
+
 #: An idle pull consumer asks the broker about itself this often (and at once after a reconnect).
 CONSUMER_CHECK_SECONDS = 10.0
 
@@ -218,8 +230,12 @@ class PullConsumer:
 
     async def open(self) -> None:
         """Create the streams and the consumer if missing, and subscribe (raises if the broker
-        does not answer)."""
-        await ensure_streams(self._js)
+        does not answer; :class:`NoJetStreamError` if it answers without JetStream)."""
+        try:
+            await ensure_streams(self._js)
+        except nats.js.errors.ServiceUnavailableError as exc:
+            where = self._nc.connected_url
+            raise NoJetStreamError(redact_url(where.geturl()) if where else "?") from exc
         await self._subscribe()
 
     async def _subscribe(self) -> None:
@@ -267,7 +283,7 @@ class PullConsumer:
             if self._sub is None and now >= self._warn_due:  # e.g. a broker without JetStream
                 self._warn_due = now + 30.0
                 log.warning("consumer_unavailable", consumer=self.durable, stream=self.stream,
-                            error=repr(exc))
+                            error=str(exc) or repr(exc))
             else:
                 log.debug("consumer_fetch_failed", consumer=self.durable, error=repr(exc))
             await asyncio.sleep(0.25)
