@@ -11,10 +11,16 @@ Why NOTIFY and not the broker: the change and its notification commit in the
 same database, and PostgreSQL delivers a NOTIFY only when its transaction
 commits, so the scheduler never hears of a change it cannot read yet.
 
-Delivery is at most once: a notification sent while no leader listens (a
-failover in progress) is lost, but a new leader restores feeds and profiles
-from the database anyway; only a ping sent in that window is lost (the feed
-is still probed by the policy). Bad payloads are logged and dropped.
+Delivery is at most once: a notification sent while nobody listens is lost.
+That happens in every gap of the listening connection: between a leader's
+restore and its first LISTEN (the restore of 100,000 profiles takes tens of
+seconds), and while the connection is down (a database restart, a network
+cut). So each time the listener is (re)connected, before the notifications
+that follow, it asks for a *resync*: the leader compares the feeds and the
+profiles' ``updated_at`` in the database with what it runs, and installs,
+re-installs or removes what differs (``ProxyService._resync``). Only a ping
+sent in a gap is lost (the feed is still probed by the policy). Bad payloads
+are logged and dropped.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = ["CHANNEL", "Change", "ChangeListener", "decode_change"]
 log = structlog.get_logger("proxy.service")
 
 CHANNEL = "proxy_changes"
+RESYNC_RETRY_SECONDS = 5.0
 Kind = Literal["feed", "feed_deleted", "profile", "profile_deleted", "ping"]
 _KINDS = ("feed", "feed_deleted", "profile", "profile_deleted", "ping")
 
@@ -70,15 +77,19 @@ def decode_change(payload: str) -> Change:
 
 
 class ChangeListener:
-    """Listens on :data:`CHANNEL` (reconnecting) and applies each change in order with ``apply``."""
+    """Listens on :data:`CHANNEL` (reconnecting) and applies each change in order with ``apply``;
+    ``resync`` runs each time the listening starts, before the changes heard after it."""
 
-    def __init__(self, dsn: str, apply: Callable[[Change], Awaitable[None]]) -> None:
+    def __init__(self, dsn: str, apply: Callable[[Change], Awaitable[None]],
+                 resync: Callable[[], Awaitable[None]] | None = None) -> None:
         self.dsn = dsn.replace("postgresql+asyncpg://", "postgresql://", 1)
         self._apply = apply
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._resync = resync
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()  # None: resync here
         self._tasks: list[asyncio.Task[None]] = []
         self.listening = asyncio.Event()
         self.applied = 0
+        self.resyncs = 0
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._listen(), name="proxy-changes-listen"),
@@ -109,6 +120,8 @@ class ChangeListener:
             try:
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._on_notify)
+                if self._resync is not None:  # what was missed before this LISTEN, first
+                    self._queue.put_nowait(None)
                 self.listening.set()
                 await lost.wait()
                 log.warning("changes_connection_lost")
@@ -120,6 +133,16 @@ class ChangeListener:
     async def _work(self) -> None:
         while True:
             payload = await self._queue.get()
+            if payload is None:
+                assert self._resync is not None
+                try:
+                    await self._resync()
+                    self.resyncs += 1
+                except Exception:  # the database away again, say: try again in a while
+                    log.exception("changes_resync_failed", retry_in=RESYNC_RETRY_SECONDS)
+                    asyncio.get_running_loop().call_later(
+                        RESYNC_RETRY_SECONDS, self._queue.put_nowait, None)
+                continue
             try:
                 change = decode_change(payload)
             except ValidationError as exc:

@@ -13,6 +13,7 @@ What it does not do: I/O of any kind (the loop fetches, the writer stores).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -110,6 +111,8 @@ class Runtime:
     tally: Tally = field(default_factory=Tally)
     evaluator: TriggerEvaluator = field(init=False)
     installed: set[str] = field(default_factory=set)  # profile ids in the evaluator
+    #: The stored ``updated_at`` of each installed profile, by id: what a resync compares.
+    versions: dict[int, dt.datetime] = field(default_factory=dict)
     # When each feed changes, learnt from its documents, probes and pings (keyed by resource;
     # times in POSIX seconds): what background probes spend the spare budget by, and how long
     # an overwrite query EI lives.
@@ -134,6 +137,7 @@ class Runtime:
             self.evaluator.add_profile(pid, spec, self.feeds.resource_of, rule_ids=keys, since=self.engine.now)
             self.installed.add(pid)
             steps = []
+        self.versions[profile.id] = profile.updated_at
         if restore_states:
             for rule in profile.rules:
                 if rule.state is not None:
@@ -147,6 +151,7 @@ class Runtime:
         except KeyError:
             return []
         self.installed.discard(str(profile_id))
+        self.versions.pop(profile_id, None)
         return self.apply(ops)
 
     def rule_states(self) -> list[Step]:

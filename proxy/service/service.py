@@ -58,9 +58,11 @@ from proxy.core.policies import get_policy
 from proxy.errors import (
     AuthError,
     FeedNotFoundError,
+    ProfileNotFoundError,
     RateLimitedError,
     StandbyError,
     StorageError,
+    ValidationError,
 )
 from proxy.faults import fault_hook
 from proxy.feeds import (
@@ -540,7 +542,7 @@ class ProxyService:
         )
         self._runtime, self._writer = runtime, writer
         if not s.is_sqlite:  # API replicas' changes (issue 21); SQLite has no LISTEN/NOTIFY
-            self._changes = ChangeListener(s.database_url, self._apply_change)
+            self._changes = ChangeListener(s.database_url, self._apply_change, self._resync)
             self._changes.start()
         self.metrics.leader.set(1)
         self.metrics.lease_epoch.set(lease.epoch if lease is not None else 0)
@@ -934,7 +936,7 @@ class ProxyService:
                 profile = await self.store.create_profile(
                     user_id, spec.name, _rule_inputs(spec), *_profile_notify(spec))
                 try:
-                    await self.host.call(self._install, profile)
+                    await self.host.call(self._install_newer, profile)
                 except Exception:
                     await self.store.delete_profile(user_id, profile.id)
                     raise
@@ -1135,10 +1137,59 @@ class ProxyService:
             await self._apply_ping(change.id, list(change.users))
         elif change.kind == "profile" and change.user is not None:
             profile = await self.store.get_profile(change.user, change.id)
-            await self.host.call(self._install, profile)
+            if not await self.host.call(self._install_newer, profile):
+                return  # what runs is this version already (a resync got it first)
         elif change.kind == "profile_deleted":
             await self.host.call(self._uninstall, change.id)
         log.info("change_applied", kind=change.kind, id=change.id)
+
+    async def _resync(self) -> None:
+        """What the leader runs, made equal to the database after notifications may have been
+        missed (:mod:`proxy.service.changes`): feeds by id; profiles by ``updated_at``,
+        installed when new or changed, removed when gone. Rules whose profile did not change
+        keep their state. What this process's own API changes meanwhile is not undone: a
+        profile or feed is removed only if it is still absent from a second read (ids are
+        never used twice, so one absent after it ran here is gone for good)."""
+        if self._runtime is None:
+            return
+        feeds = await self.store.list_feeds()
+        versions = await self.store.profile_versions()
+
+        def diff() -> tuple[list[Feed], list[int], list[int], list[int]]:
+            """(feeds to add, profiles to install, feeds and profiles that may be gone)."""
+            rt = self._require_leader()
+            held = set(rt.feeds.by_id)
+            stored = {feed.id for feed in feeds}
+            stale = sorted(pid for pid, (_, at) in versions.items() if rt.versions.get(pid) != at)
+            return ([f for f in feeds if f.id not in held], stale, sorted(held - stored),
+                    sorted(set(rt.versions) - set(versions)))
+
+        added, stale, feeds_gone, profiles_gone = await self.host.call(diff)
+        if added:
+            await self.host.call(self._put_feeds, added)
+        installed = 0
+        for pid in stale:
+            user, _ = versions[pid]
+            try:
+                profile = await self.store.get_profile(user, pid)
+                installed += await self.host.call(self._install_newer, profile)
+            except ProfileNotFoundError:
+                continue  # deleted meanwhile: its own notification follows
+            except (ValidationError, ValueError) as exc:
+                log.error("profile_not_installed", profile=pid, reason=str(exc))
+        if profiles_gone:
+            again = await self.store.profile_versions()
+            profiles_gone = [pid for pid in profiles_gone if pid not in again]
+            for pid in profiles_gone:
+                await self.host.call(self._uninstall, pid)
+        if feeds_gone:
+            again_feeds = {feed.id for feed in await self.store.list_feeds()}
+            feeds_gone = [fid for fid in feeds_gone if fid not in again_feeds]
+            for fid in feeds_gone:
+                await self.host.call(self._remove_feed, fid)
+        if added or installed or profiles_gone or feeds_gone:
+            log.info("changes_resynced", feeds_added=len(added), feeds_removed=len(feeds_gone),
+                     profiles_installed=installed, profiles_removed=len(profiles_gone))
 
     # ------------------------------------------------------------------ delivery
 
@@ -1340,6 +1391,18 @@ class ProxyService:
     def _install(self, profile: Profile) -> None:
         """A stored profile into the evaluator; its steps go to the writer in the same turn."""
         self._submit(self._require_leader().install(profile, restore_states=False))
+
+    def _install_newer(self, profile: Profile) -> bool:
+        """:meth:`_install` unless this very version runs already; whether it installed."""
+        if self._require_leader().versions.get(profile.id) == profile.updated_at:
+            return False
+        self._install(profile)
+        return True
+
+    def _remove_feed(self, feed_id: int) -> None:
+        rt = self._runtime
+        if rt is not None:
+            rt.feeds.remove(feed_id)
 
     def _uninstall(self, profile_id: int) -> None:
         rt = self._runtime

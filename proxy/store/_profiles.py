@@ -231,6 +231,14 @@ class ProfilesAndCeis(Outbox):
         async with self._tx() as conn:
             return await self._load_profiles(conn, None)
 
+    async def profile_versions(self) -> dict[int, tuple[int, dt.datetime]]:
+        """Every profile's ``(user id, updated_at)`` by id, and nothing else: what a leader
+        compares its installed profiles with when it may have missed changes."""
+        async with self._tx() as conn:
+            rows = await conn.execute(
+                select(ProfileRow.id, ProfileRow.user_id, ProfileRow.updated_at))
+            return {row.id: (row.user_id, row.updated_at) for row in rows}
+
     async def save_rule_state(self, rule_id: int, state: Any) -> None:
         """Store a rule's runtime state (JSON-able). Raises :class:`NotFoundError`."""
         async with self._tx() as conn:
