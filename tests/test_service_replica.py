@@ -21,6 +21,7 @@ from proxy.errors import ConflictError, ValidationError
 from proxy.farm import FeedFarm
 from proxy.rules import ProfileSpec
 from proxy.service import ProxyService
+from proxy.service.runtime import rule_key
 from proxy.store import Profile, RegisteredFeed, upgrade_database
 from tests.test_e2e_support import e2e_settings, eventually
 
@@ -45,8 +46,8 @@ async def pair(fresh_postgres_url: str) -> AsyncIterator[tuple[ProxyService, Pro
         await leader.stop()
 
 
-def _spec(trigger: int, query: int) -> ProfileSpec:
-    body: dict[str, Any] = {"name": "oil", "rules": [{
+def _spec(trigger: int, query: int, name: str = "oil") -> ProfileSpec:
+    body: dict[str, Any] = {"name": name, "rules": [{
         "name": "r", "trigger": {"feed": str(trigger), "on": "ping"},
         "query": [{"feed": str(query), "within": "10m"}]}]}
     return ProfileSpec.model_validate(body)
@@ -204,3 +205,64 @@ async def test_a_replica_shows_rule_status_from_the_states_the_leader_stored(
         assert live.source == "live"
         assert (live.rules[0].state, live.rules[0].waiting_for, live.rules[0].building_cei) == (
             "building", (a.feed.id,), rule["building_cei"])
+
+
+async def test_what_the_leader_did_not_hear_is_resynchronised_when_it_listens_again(
+    pair: tuple[ProxyService, ProxyService]
+) -> None:
+    leader, replica = pair
+    user, _ = await leader.store.create_user("carol")
+    listener = leader._changes
+    assert listener is not None
+
+    async def resynced_at_start() -> bool:  # once, as it first listened after the restore
+        return listener.resyncs == 1
+
+    await eventually(resynced_at_start, within=20, what="the resync at start")
+    async with FeedFarm(["a", "b", "c"], prefill=1) as farm:
+        a, _ = await replica.register_feed(user, farm.url("a"))
+        b, _ = await replica.register_feed(user, farm.url("b"))
+
+        async def feeds_known() -> bool:
+            return {a.feed.id, b.feed.id} <= set(leader.runtime.feeds.by_id)
+
+        await eventually(feeds_known, within=20, what="the leader learning the feeds")
+        kept = await replica.create_profile(user, _spec(a.feed.id, b.feed.id, "kept"))
+        changed = await replica.create_profile(user, _spec(a.feed.id, b.feed.id, "changed"))
+        dropped = await replica.create_profile(user, _spec(b.feed.id, a.feed.id, "dropped"))
+
+        async def installed(*ids: int) -> bool:
+            return {str(i) for i in ids} <= set(leader.runtime.evaluator.profile_ids())
+
+        await eventually(lambda: installed(kept.id, changed.id, dropped.id), within=20,
+                         what="the three profiles on the leader")
+        assert await replica.ping(a.feed.id, a.registration.ping_token) == 0
+        kept_rule = rule_key(kept.rules[0].id)
+
+        async def kept_open() -> list[str]:
+            return [c for c in leader.runtime.evaluator.open_cei_ids() if c.startswith(kept_rule)]
+
+        open_before = await eventually(kept_open, within=20, what="the ping opening kept's CEI")
+        state_before = leader.runtime.evaluator.snapshot_state(kept_rule)
+
+        await listener.stop()  # nobody listens: the next notifications are lost
+        c, _ = await replica.register_feed(user, farm.url("c"))
+        new = await replica.create_profile(user, _spec(c.feed.id, a.feed.id, "new"))
+        replaced = await replica.replace_profile(user, changed.id, _spec(b.feed.id, c.feed.id, "changed"))
+        await replica.delete_profile(user, dropped.id)
+        await asyncio.sleep(0.5)
+        assert not await installed(new.id)  # unheard
+
+        listener.start()
+
+        async def caught_up() -> bool:
+            rt = leader.runtime
+            return (await installed(new.id) and str(dropped.id) not in rt.evaluator.profile_ids()
+                    and c.feed.id in rt.feeds.by_id
+                    and rt.versions.get(changed.id) == replaced.updated_at)
+
+        await eventually(caught_up, within=20, what="the leader resynchronised")
+        assert listener.resyncs == 2
+        # The profile that did not change was left alone: its open CEI and its state.
+        assert await kept_open() == open_before
+        assert leader.runtime.evaluator.snapshot_state(kept_rule) == state_before
