@@ -3,6 +3,7 @@
 It forwards every connection to ``target`` until :meth:`FaultProxy.cut`: then it
 closes every open connection and closes new ones as soon as they are accepted
 (the client sees a reset, as when a server goes away) until :meth:`restore`.
+:meth:`blackhole` makes the open connections silent instead, closing nothing.
 The PostgreSQL server itself keeps running for everyone else on the machine.
 """
 
@@ -22,6 +23,8 @@ class FaultProxy:
         self.accepted = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._open: set[int] = set()  # connection numbers
+        self._silenced: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> FaultProxy:
@@ -47,6 +50,12 @@ class FaultProxy:
     def restore(self) -> None:
         self.down = False
 
+    def blackhole(self) -> None:
+        """The open connections go silent, as behind a NAT or load balancer that forgot them:
+        nothing is closed, bytes are swallowed both ways. New connections work."""
+        self._silenced |= self._open
+
+
     def _drop_all(self) -> None:
         for writer in list(self._writers):
             writer.transport.abort()
@@ -62,20 +71,25 @@ class FaultProxy:
             writer.transport.abort()
             return
         self.accepted += 1
+        number = self.accepted
+        self._open.add(number)
         self._writers |= {writer, up_writer}
         for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst))
+            task = asyncio.create_task(self._pipe(src, dst, number))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, number: int) -> None:
         try:
             while data := await src.read(65536):
+                if number in self._silenced:
+                    continue
                 dst.write(data)
                 await dst.drain()
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            self._open.discard(number)
             self._writers.discard(dst)
             with contextlib.suppress(OSError, RuntimeError):
                 dst.transport.abort()

@@ -21,6 +21,12 @@ profiles' ``updated_at`` in the database with what it runs, and installs,
 re-installs or removes what differs (``ProxyService._resync``). Only a ping
 sent in a gap is lost (the feed is still probed by the policy). Bad payloads
 are logged and dropped.
+
+A listening connection can also go silent without closing (a NAT or a load
+balancer that dropped an idle connection): nothing tells the listener, and
+every NOTIFY is lost while it lasts. So the listener asks it ``SELECT 1``
+every :data:`CHECK_SECONDS` and replaces it (then resynchronises) when no
+answer comes within :data:`CHECK_TIMEOUT_SECONDS`.
 """
 
 from __future__ import annotations
@@ -42,6 +48,11 @@ log = structlog.get_logger("proxy.service")
 
 CHANNEL = "proxy_changes"
 RESYNC_RETRY_SECONDS = 5.0
+#: The listening connection is asked ``SELECT 1`` this often, and dropped if no answer comes
+#: within the timeout: a connection a NAT or load balancer forgot closes nothing, it only
+#: goes silent, and NOTIFYs sent to it are lost for as long as it lasts.
+CHECK_SECONDS = 30.0
+CHECK_TIMEOUT_SECONDS = 10.0
 Kind = Literal["feed", "feed_deleted", "profile", "profile_deleted", "ping"]
 _KINDS = ("feed", "feed_deleted", "profile", "profile_deleted", "ping")
 
@@ -81,10 +92,14 @@ class ChangeListener:
     ``resync`` runs each time the listening starts, before the changes heard after it."""
 
     def __init__(self, dsn: str, apply: Callable[[Change], Awaitable[None]],
-                 resync: Callable[[], Awaitable[None]] | None = None) -> None:
+                 resync: Callable[[], Awaitable[None]] | None = None, *,
+                 check_every: float = CHECK_SECONDS, check_timeout: float = CHECK_TIMEOUT_SECONDS,
+                 ) -> None:
         self.dsn = dsn.replace("postgresql+asyncpg://", "postgresql://", 1)
         self._apply = apply
         self._resync = resync
+        self.check_every = check_every
+        self.check_timeout = check_timeout
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()  # None: resync here
         self._tasks: list[asyncio.Task[None]] = []
         self.listening = asyncio.Event()
@@ -123,12 +138,28 @@ class ChangeListener:
                 if self._resync is not None:  # what was missed before this LISTEN, first
                     self._queue.put_nowait(None)
                 self.listening.set()
-                await lost.wait()
-                log.warning("changes_connection_lost")
+                reason = await self._until_lost(conn, lost)
+                log.warning("changes_connection_lost", reason=reason)
             finally:
                 self.listening.clear()
-                with contextlib.suppress(Exception):
-                    await conn.close()
+                conn.terminate()  # at once: a silent connection would not answer a close
+
+    async def _until_lost(self, conn: Any, lost: asyncio.Event) -> str:
+        """Wait until the connection ends, or stops answering ``SELECT 1``; says which."""
+        import asyncpg
+
+        while True:
+            try:
+                await asyncio.wait_for(lost.wait(), self.check_every)
+                return "closed"
+            except TimeoutError:
+                pass
+            try:
+                await asyncio.wait_for(conn.fetchval("SELECT 1"), self.check_timeout)
+            except TimeoutError:
+                return f"no answer to SELECT 1 within {self.check_timeout:g} s"
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                return repr(exc)
 
     async def _work(self) -> None:
         while True:
