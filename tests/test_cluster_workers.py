@@ -63,6 +63,7 @@ from tests.cluster_support import (
     role_env,
     serve_role,
 )
+from tests.fault_proxy import FaultProxy
 from tests.test_e2e_support import eventually, parse_metrics
 
 __all__ = ["nats_server"]  # the fixture, imported for pytest
@@ -400,3 +401,25 @@ async def test_a_broker_without_jetstream_is_named_not_waited_on_in_silence(tmp_
     finally:
         server.terminate()
         await server.wait()
+
+
+async def test_a_broker_connection_gone_silent_is_given_up_and_made_again(
+    nats_server: NatsServer,
+) -> None:
+    # Behind a NAT or load balancer that forgot it, a connection closes nothing: it only goes
+    # silent. The client's unanswered pings end it, and it reconnects.
+    async with FaultProxy(("127.0.0.1", nats_server.port)) as hole:
+        nc = await connect(f"nats://127.0.0.1:{hole.port}", "silent", ping_interval=1,
+                           pings_unanswered=1)
+        try:
+            await nc.flush(timeout=5)
+            hole.blackhole()
+
+            async def reconnected() -> bool:
+                return nc.stats["reconnects"] >= 1 and nc.is_connected
+
+            await eventually(reconnected, within=20, what="the silent connection replaced")
+            await nc.flush(timeout=5)  # answered, over the new connection
+            assert hole.accepted == 2
+        finally:
+            await nc.close()

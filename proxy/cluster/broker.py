@@ -141,14 +141,25 @@ class _ConnectionLog:
                  after_seconds=round(down, 2))
 
 
-async def connect(url: str, name: str) -> NATS:
-    """A client that reconnects for ever (the broker restarting must not end a process), and
-    waits for ever for a broker that is not up yet; it logs as :class:`_ConnectionLog` says."""
+#: The client pings the broker this often and reconnects after :data:`PINGS_UNANSWERED`
+#: pings without a pong: a connection a NAT or load balancer forgot closes nothing, and
+#: nats-py's defaults (120 s, 2) would leave it silent for up to six minutes.
+PING_SECONDS = 10
+PINGS_UNANSWERED = 3
+
+
+async def connect(url: str, name: str, *, ping_interval: int = PING_SECONDS,
+                  pings_unanswered: int = PINGS_UNANSWERED) -> NATS:
+    """A client that reconnects for ever (the broker restarting must not end a process),
+    waits for ever for a broker that is not up yet, and gives a silent connection up after
+    ``ping_interval × (pings_unanswered + 1)`` seconds; it logs as :class:`_ConnectionLog`
+    says."""
     events = _ConnectionLog(name, url)
     events.client = await nats.connect(
         check_broker_url(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
         connect_timeout=5, allow_reconnect=True, error_cb=events.error,
-        disconnected_cb=events.disconnected, reconnected_cb=events.reconnected)
+        disconnected_cb=events.disconnected, reconnected_cb=events.reconnected,
+        ping_interval=ping_interval, max_outstanding_pings=pings_unanswered)
     return events.client
 
 
