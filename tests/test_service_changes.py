@@ -3,7 +3,8 @@
 On the machine's PostgreSQL, through a fault-injecting TCP proxy: the listener
 applies NOTIFYs in order, resynchronises each time it starts listening, and a
 connection that goes silent without closing (a NAT or load balancer that forgot
-it) is noticed by its ``SELECT 1`` check, replaced, and resynchronised.
+it) is noticed by its ``SELECT 1`` check, replaced, and resynchronised. Every
+PostgreSQL connection asks the server for TCP keepalives after a minute idle.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from proxy.errors import ValidationError
 from proxy.service.changes import CHANNEL, Change, ChangeListener, decode_change
+from proxy.store import make_engine
 from tests.fault_proxy import FaultProxy
 from tests.test_e2e_outage import _through
 from tests.test_e2e_support import eventually
@@ -78,3 +80,18 @@ def test_a_malformed_change_is_refused_naming_what_is_wrong() -> None:
     with pytest.raises(ValidationError, match="malformed payload"):
         decode_change('{"kind": "feed"}')
     assert decode_change(Change("ping", 4, users=(1, 2)).encode()) == Change("ping", 4, users=(1, 2))
+
+
+async def test_every_postgresql_connection_asks_for_tcp_keepalives(fresh_postgres_url: str) -> None:
+    # The server's default waits two hours before probing an idle connection; a NAT or load
+    # balancer in between forgets it long before.
+    engine = make_engine(fresh_postgres_url,
+                         connect_args={"server_settings": {"application_name": "mine"}})
+    try:
+        async with engine.connect() as conn:
+            got = [(await conn.exec_driver_sql(f"SHOW {name}")).scalar_one()
+                   for name in ("tcp_keepalives_idle", "tcp_keepalives_interval",
+                                "tcp_keepalives_count", "application_name")]
+    finally:
+        await engine.dispose()
+    assert got == ["60", "10", "6", "mine"]  # the caller's own settings kept

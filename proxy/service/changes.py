@@ -41,6 +41,7 @@ from typing import Any, Literal
 import structlog
 
 from proxy.errors import ValidationError
+from proxy.store import PG_KEEPALIVES
 
 __all__ = ["CHANNEL", "Change", "ChangeListener", "decode_change"]
 
@@ -126,7 +127,7 @@ class ChangeListener:
 
         while True:
             try:
-                conn = await asyncpg.connect(self.dsn, timeout=10)
+                conn = await asyncpg.connect(self.dsn, timeout=10, server_settings=PG_KEEPALIVES)
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("changes_listen_failed", error=repr(exc))
                 await asyncio.sleep(1.0)

@@ -51,6 +51,14 @@ def _sqlite_pragmas(*, foreign_keys: bool) -> Any:
     return set_pragmas
 
 
+#: Session settings of every PostgreSQL connection: the server probes an idle connection after
+#: a minute (its default is two hours), so a NAT or load balancer in between, whose idle
+#: timeout is often four to ten minutes, does not forget a pooled or listening connection,
+#: and a client that died is noticed in two minutes.
+PG_KEEPALIVES = {"tcp_keepalives_idle": "60", "tcp_keepalives_interval": "10",
+                 "tcp_keepalives_count": "6"}
+
+
 def make_engine(
     url: str | URL, *, echo: bool = False, sqlite_foreign_keys: bool = True, **kwargs: Any
 ) -> AsyncEngine:
@@ -73,6 +81,9 @@ def make_engine(
     if parsed.get_backend_name() == "postgresql":
         # Liveness check on checkout: the service outlives PostgreSQL restarts.
         kwargs.setdefault("pool_pre_ping", True)
+        connect_args = dict(kwargs.get("connect_args", {}))
+        connect_args["server_settings"] = {**PG_KEEPALIVES, **connect_args.get("server_settings", {})}
+        kwargs["connect_args"] = connect_args
     engine = create_async_engine(parsed, echo=echo, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(
