@@ -41,7 +41,7 @@ from typing import Any, Literal
 import structlog
 
 from proxy.errors import ValidationError
-from proxy.store import PG_KEEPALIVES
+from proxy.store import PG_KEEPALIVES_SQL
 
 __all__ = ["CHANNEL", "Change", "ChangeListener", "decode_change"]
 
@@ -127,13 +127,15 @@ class ChangeListener:
 
         while True:
             try:
-                conn = await asyncpg.connect(self.dsn, timeout=10, server_settings=PG_KEEPALIVES)
+                conn = await asyncpg.connect(self.dsn, timeout=10)
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("changes_listen_failed", error=repr(exc))
                 await asyncio.sleep(1.0)
                 continue
             lost = asyncio.Event()
             try:
+                with contextlib.suppress(asyncpg.PostgresError):  # a pooler may refuse: defaults
+                    await conn.execute(PG_KEEPALIVES_SQL)
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._on_notify)
                 if self._resync is not None:  # what was missed before this LISTEN, first

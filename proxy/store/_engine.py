@@ -14,13 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from proxy.errors import StorageError
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_MS", "make_engine", "sqlite_path"]
+log = structlog.get_logger("proxy.store")
+
+__all__ = ["PG_KEEPALIVES", "PG_KEEPALIVES_SQL", "SQLITE_BUSY_TIMEOUT_MS", "make_engine", "sqlite_path"]
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 
@@ -57,6 +60,9 @@ def _sqlite_pragmas(*, foreign_keys: bool) -> Any:
 #: and a client that died is noticed in two minutes.
 PG_KEEPALIVES = {"tcp_keepalives_idle": "60", "tcp_keepalives_interval": "10",
                  "tcp_keepalives_count": "6"}
+#: One statement (a prepared statement holds one), for the session (``is_local`` false).
+PG_KEEPALIVES_SQL = "SELECT " + ", ".join(
+    f"set_config('{name}', '{value}', false)" for name, value in PG_KEEPALIVES.items())
 
 
 def make_engine(
@@ -81,12 +87,24 @@ def make_engine(
     if parsed.get_backend_name() == "postgresql":
         # Liveness check on checkout: the service outlives PostgreSQL restarts.
         kwargs.setdefault("pool_pre_ping", True)
-        connect_args = dict(kwargs.get("connect_args", {}))
-        connect_args["server_settings"] = {**PG_KEEPALIVES, **connect_args.get("server_settings", {})}
-        kwargs["connect_args"] = connect_args
     engine = create_async_engine(parsed, echo=echo, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(
             engine.sync_engine, "connect", _sqlite_pragmas(foreign_keys=sqlite_foreign_keys)
         )
+    elif parsed.get_backend_name() == "postgresql":
+        event.listen(engine.sync_engine, "connect", _pg_keepalives)
     return engine
+
+
+def _pg_keepalives(dbapi_connection: Any, _record: Any) -> None:
+    """:data:`PG_KEEPALIVES` set by a query, not as startup parameters (a pooler such as
+    PgBouncer refuses startup parameters it does not know); a refusal leaves the
+    server's own settings."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(PG_KEEPALIVES_SQL)
+    except Exception as exc:  # the server's defaults stay; the connection is fine
+        log.warning("pg_keepalives_not_set", error=str(exc))
+    finally:
+        cursor.close()
