@@ -128,7 +128,7 @@ class ChangeListener:
         while True:
             try:
                 conn = await asyncpg.connect(self.dsn, timeout=10)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("changes_listen_failed", error=repr(exc))
                 await asyncio.sleep(1.0)
                 continue
@@ -142,10 +142,13 @@ class ChangeListener:
                     self._queue.put_nowait(None)
                 self.listening.set()
                 reason = await self._until_lost(conn, lost)
-                log.warning("changes_connection_lost", reason=reason)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                reason = repr(exc)  # lost while setting up: connect again after a pause
+                await asyncio.sleep(1.0)
             finally:
                 self.listening.clear()
                 conn.terminate()  # at once: a silent connection would not answer a close
+            log.warning("changes_connection_lost", reason=reason)
 
     async def _until_lost(self, conn: Any, lost: asyncio.Event) -> str:
         """Wait until the connection ends, or stops answering ``SELECT 1``; says which."""
