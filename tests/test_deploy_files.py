@@ -271,5 +271,5 @@ def test_dashboard_shows_per_role_health() -> None:
     assert "sum by (job) (up)" in exprs  # processes up, per role (the scrape jobs are roles)
     queried = _dashboard_metric_names()
     for needed in ("proxy_leader", "proxy_worker_jobs_total", "proxy_worker_jobs_redelivered_total",
-                   "proxy_worker_broker_connected"):
+                   "proxy_worker_broker_connected", "proxy_worker_consumer_repairs_total"):
         assert needed in queried
