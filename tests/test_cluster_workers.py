@@ -142,6 +142,13 @@ async def _metrics(port: int) -> dict[str, float]:
         return parse_metrics((await c.get(f"http://127.0.0.1:{port}/metrics")).text)
 
 
+async def _worker_env(tmp_path: Path, broker_url: str, **extra: str) -> dict[str, str]:
+    """A worker's environment, its heartbeats going to a migrated SQLite file."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
+    await upgrade_database(url)
+    return role_env(url, broker_url, **extra)
+
+
 async def _worker_ready(port: int) -> None:
     async def check() -> bool:
         try:
@@ -157,9 +164,7 @@ async def _worker_ready(port: int) -> None:
 async def test_a_worker_killed_mid_probe_leaves_its_job_to_another_and_it_counts_once(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
-    await upgrade_database(url)
-    env = role_env(url, nats_server.url, PROXY_BROKER_ACK_WAIT_SECONDS="2")
+    env = await _worker_env(tmp_path, nats_server.url, PROXY_BROKER_ACK_WAIT_SECONDS="2")
     port_a, port_b = free_port(), free_port()
     async with FeedFarm(["slow", "fine"], prefill=3) as farm, _prober(nats_server) as prober:
         farm.set_fault("slow", "timeout", seconds=3600)  # worker A hangs in this probe
@@ -194,9 +199,7 @@ async def test_a_worker_killed_mid_probe_leaves_its_job_to_another_and_it_counts
 async def test_the_broker_restarted_loses_no_job_and_workers_reconnect(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
-    await upgrade_database(url)
-    env = role_env(url, nats_server.url, PROXY_BROKER_ACK_WAIT_SECONDS="5")
+    env = await _worker_env(tmp_path, nats_server.url, PROXY_BROKER_ACK_WAIT_SECONDS="5")
     feeds = [f"f{i}" for i in range(12)]
     port = free_port()
     async with FeedFarm(feeds, prefill=2) as farm, _prober(nats_server) as prober:
@@ -236,9 +239,7 @@ async def test_a_broker_back_without_its_store_gets_streams_and_consumers_made_a
     # A broker restarted without its volume: no streams, no consumers. Before, the worker
     # fetched from a consumer that no longer existed and the scheduler published to no stream,
     # for ever; now both make what is missing and probing goes on.
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
-    await upgrade_database(url)
-    env = role_env(url, nats_server.url)
+    env = await _worker_env(tmp_path, nats_server.url)
     feeds = [f"f{i}" for i in range(6)]
     port = free_port()
     async with (FeedFarm(feeds, prefill=2) as farm, _prober(nats_server) as prober,
@@ -322,9 +323,7 @@ async def test_a_pull_subscription_gone_silent_is_made_afresh(nats_server: NatsS
 async def test_a_worker_started_before_the_broker_waits_and_logs_the_outage_once(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.sqlite3'}"
-    await upgrade_database(url)
-    env = role_env(url, nats_server.url.replace("nats://", "nats://ops:s3cret@"))
+    env = await _worker_env(tmp_path, nats_server.url.replace("nats://", "nats://ops:s3cret@"))
     port = free_port()
     await nats_server.kill()
     async with (FeedFarm(["a", "b"], prefill=1) as farm,
