@@ -409,10 +409,11 @@ class Settings(BaseSettings):
         ),
     )
     broker_job_timeout_seconds: float = Field(
-        default=60.0, gt=0,
+        default=60.0, gt=0, le=3600,
         description=(
             "How long a probe job lives on the broker: the scheduler counts it a network error "
-            "after this, and workers drop it unprobed."
+            "after this, and workers drop it unprobed. At most 3600 (the broker drops jobs "
+            "older than an hour by itself)."
         ),
     )
     broker_ack_wait_seconds: float = Field(

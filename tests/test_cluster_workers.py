@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType
 
 from proxy.cluster import (
     BrokerProber,
@@ -34,7 +34,8 @@ from proxy.cluster import (
     encode_job,
     encode_result,
 )
-from proxy.cluster.broker import NoJetStreamError, PullConsumer, connect
+from proxy.cluster.broker import NoJetStreamError, PullConsumer, connect, ensure_streams
+from proxy.errors import SettingsError
 from proxy.farm import FeedFarm
 from proxy.feeds import (
     AddressPolicy,
@@ -53,6 +54,7 @@ from proxy.feeds import (
     Timeout,
     TooLarge,
 )
+from proxy.settings import load_settings
 from proxy.store import upgrade_database
 from tests.cluster_support import (
     NATS_SERVER,
@@ -422,3 +424,29 @@ async def test_a_broker_connection_gone_silent_is_given_up_and_made_again(
             assert hole.accepted == 2
         finally:
             await nc.close()
+
+
+async def test_jobs_older_than_an_hour_are_dropped_by_the_broker_even_on_an_old_stream(
+    nats_server: NatsServer,
+) -> None:
+    # With no worker running for days, jobs (each useless after its minute) would pile up on
+    # the broker's disk for ever. A stream made by an earlier version, without the limit,
+    # gets it from the next process that starts.
+    nc = await connect(nats_server.url, "streams")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="PROXY_JOBS", subjects=["proxy.jobs"],
+                            retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE)
+        assert (await js.stream_info("PROXY_JOBS")).config.max_age in (None, 0)
+        await ensure_streams(js)
+        ages = {name: (await js.stream_info(name)).config.max_age
+                for name in ("PROXY_JOBS", "PROXY_RESULTS")}
+        assert ages == {"PROXY_JOBS": 3600.0, "PROXY_RESULTS": 3600.0}
+        await ensure_streams(js)  # nothing left to change
+    finally:
+        await nc.close()
+
+
+def test_a_job_timeout_past_the_brokers_limit_is_refused() -> None:
+    with pytest.raises(SettingsError, match="PROXY_BROKER_JOB_TIMEOUT_SECONDS"):
+        load_settings(broker_job_timeout_seconds=7200)

@@ -72,6 +72,9 @@ WORKERS_CONSUMER = "proxy-workers"
 DUPLICATE_WINDOW_SECONDS = 600.0
 #: Results nobody read (a scheduler that died) are dropped after this.
 RESULTS_MAX_AGE_SECONDS = 3600.0
+#: Jobs older than this are dropped by the broker itself: a job lives ``job_timeout`` (a
+#: minute by default), so with no worker running for days the stream stays bounded.
+JOBS_MAX_AGE_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,20 +167,23 @@ async def connect(url: str, name: str, *, ping_interval: int = PING_SECONDS,
 
 
 async def ensure_streams(js: JetStreamContext) -> None:
-    """Create the two streams if missing (every role calls it: whoever starts first)."""
+    """Create the two streams if missing (every role calls it: whoever starts first), and give
+    one made by an earlier version the message age limit it lacks."""
     for name, subjects, retention, max_age in (
-        (JOBS_STREAM, [JOBS_SUBJECT], RetentionPolicy.WORK_QUEUE, None),
+        (JOBS_STREAM, [JOBS_SUBJECT], RetentionPolicy.WORK_QUEUE, JOBS_MAX_AGE_SECONDS),
         (RESULTS_STREAM, [f"{RESULTS_PREFIX}.>"], RetentionPolicy.LIMITS, RESULTS_MAX_AGE_SECONDS),
     ):
         try:
-            await js.stream_info(name)
-            continue
+            info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
-            pass
-        with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile by another
-            await js.add_stream(name=name, subjects=subjects, retention=retention,
-                                storage=StorageType.FILE, max_age=max_age,
-                                duplicate_window=DUPLICATE_WINDOW_SECONDS)
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # created meanwhile
+                await js.add_stream(name=name, subjects=subjects, retention=retention,
+                                    storage=StorageType.FILE, max_age=max_age,
+                                    duplicate_window=DUPLICATE_WINDOW_SECONDS)
+            continue
+        if info.config.max_age != max_age:
+            await js.update_stream(info.config, max_age=max_age)
+            log.info("stream_updated", stream=name, max_age_seconds=max_age)
 
 
 class NoJetStreamError(nats.errors.Error):
