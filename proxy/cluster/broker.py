@@ -49,7 +49,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, RetentionPolicy, StorageType
+from nats.js.api import ConsumerConfig, ConsumerInfo, RetentionPolicy, StorageType
 
 from proxy.cluster.codec import Job, MessageError, decode_result, encode_job
 from proxy.errors import SettingsError
@@ -234,7 +234,10 @@ class PullConsumer:
         self._sub: JetStreamContext.PullSubscription | None = None
         self._reconnects = 0
         self._check_due = time.monotonic() + check_every
-        self._stalled = False
+        # The stream sequence delivered when messages were seen waiting after an empty fetch:
+        # if the next fetch is empty too and nothing was delivered to anyone since, this
+        # subscription is the one not receiving (None: no suspicion).
+        self._stalled: int | None = None
         self._warn_due = 0.0
         #: Times the consumer was re-created (the broker had lost it) or re-subscribed (stalled).
         self.recreated = 0
@@ -263,7 +266,7 @@ class PullConsumer:
         self._sub = await self._js.pull_subscribe(self.subject, durable=self.durable,
                                                   stream=self.stream, config=self._config())
         self._reconnects = self._nc.stats["reconnects"]
-        self._stalled = False
+        self._stalled = None
         self._check_due = time.monotonic() + self.check_every
 
     async def fetch(self, n: int) -> list[Msg]:
@@ -286,15 +289,22 @@ class PullConsumer:
                 await asyncio.sleep(0.25)
                 msgs = []
             if msgs:
-                self._stalled = False
+                self._stalled = None
                 return msgs
-            if self._stalled:  # messages were waiting, and this fetch got none of them either
-                log.warning("consumer_resubscribed", consumer=self.durable,
-                            reason="messages wait on the broker but none came")
-                await self._subscribe()
-                self._repaired("resubscribed")
+            if self._stalled is not None:  # messages waited, and this fetch got none either
+                before, self._stalled = self._stalled, None
+                info = await self._check()
+                # Nothing delivered to anyone since, and messages still wait: it is us.
+                if info is not None and info.num_pending and _delivered(info) == before:
+                    log.warning("consumer_resubscribed", consumer=self.durable,
+                                waiting=info.num_pending,
+                                reason="messages wait on the broker but none came")
+                    await self._subscribe()
+                    self._repaired("resubscribed")
             elif time.monotonic() >= self._check_due:
-                await self._check()
+                info = await self._check()
+                if info is not None and info.num_pending:
+                    self._stalled = _delivered(info)
         except (nats.errors.Error, TimeoutError) as exc:  # reconnecting: try again shortly
             now = time.monotonic()
             if self._sub is None and now >= self._warn_due:  # e.g. a broker without JetStream
@@ -306,19 +316,18 @@ class PullConsumer:
             await asyncio.sleep(0.25)
         return []
 
-    async def _check(self) -> None:
-        """Ask the broker about this consumer: re-create it if it is gone; if messages wait,
-        the next fetch must get one (or the subscription is made afresh)."""
+    async def _check(self) -> ConsumerInfo | None:
+        """Ask the broker about this consumer; re-create it (and say ``None``) if it is gone."""
         try:
-            info = await self._js.consumer_info(self.stream, self.durable, timeout=2.0)
+            info: ConsumerInfo = await self._js.consumer_info(self.stream, self.durable, timeout=2.0)
         except nats.js.errors.NotFoundError:
             log.warning("consumer_recreated", consumer=self.durable, stream=self.stream,
                         reason="the broker has no such consumer (or stream) any more")
             await self.open()
             self._repaired("recreated")
-            return
+            return None
         self._check_due = time.monotonic() + self.check_every
-        self._stalled = (info.num_pending or 0) > 0
+        return info
 
     def _repaired(self, kind: str) -> None:
         if kind == "recreated":
@@ -333,6 +342,10 @@ class PullConsumer:
             with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await self._sub.unsubscribe()
             self._sub = None
+
+
+def _delivered(info: ConsumerInfo) -> int:
+    return info.delivered.stream_seq if info.delivered is not None else 0
 
 
 @dataclass
