@@ -451,3 +451,17 @@ async def test_jobs_older_than_an_hour_are_dropped_by_the_broker_even_on_an_old_
 def test_a_job_timeout_past_the_brokers_limit_is_refused() -> None:
     with pytest.raises(SettingsError, match="PROXY_BROKER_JOB_TIMEOUT_SECONDS"):
         load_settings(broker_job_timeout_seconds=7200)
+
+
+async def test_a_probe_the_broker_never_took_is_not_held_against_the_feed(
+    nats_server: NatsServer,
+) -> None:
+    settings = BrokerSettings(nats_server.url, job_timeout=1.5)
+    async with BrokerProber(settings, AddressPolicy(allow_private_networks=True)) as prober:
+        await nats_server.kill()
+        result = await prober.probe(
+            FeedState("http://127.0.0.1:1/f", None, None, 2), NothingKnown(), now=NOW)
+    assert isinstance(result, NetworkError), result
+    assert result.reason == "broker unreachable: the job was not queued"
+    assert result.state.consecutive_errors == 2  # as it was: the feed did nothing wrong
+    assert prober.published == 0

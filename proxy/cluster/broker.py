@@ -429,7 +429,8 @@ class BrokerProber:
         try:
             async with self._limiter.slot(host):
                 if not await self._publish(job, deadline):
-                    return self._failed(state, started, "broker unreachable: the job was not queued")
+                    return self._failed(state, started, "broker unreachable: the job was not queued",
+                                        feed_error=False)
                 try:
                     return await asyncio.wait_for(asyncio.shield(future),
                                                   max(deadline - time.time(), 0.0))
@@ -460,9 +461,12 @@ class BrokerProber:
                         await ensure_streams(self._js)
                 await asyncio.sleep(0.25)
 
-    def _failed(self, state: FeedState, started: float, reason: str) -> NetworkError:
-        return NetworkError(state=FeedState(state.url, state.etag, state.last_modified,
-                                            state.consecutive_errors + 1),
+    def _failed(self, state: FeedState, started: float, reason: str, *,
+                feed_error: bool = True) -> NetworkError:
+        """A probe that did not happen. ``feed_error`` False: not the feed's doing (the job
+        never reached the broker), so its error count stays as it was."""
+        errors = state.consecutive_errors + (1 if feed_error else 0)
+        return NetworkError(state=FeedState(state.url, state.etag, state.last_modified, errors),
                             elapsed=time.perf_counter() - started, reason=reason)
 
     async def _receive(self, results: PullConsumer) -> None:
