@@ -110,8 +110,7 @@ class Runtime:
     feeds: FeedTable = field(default_factory=FeedTable)
     tally: Tally = field(default_factory=Tally)
     evaluator: TriggerEvaluator = field(init=False)
-    installed: set[str] = field(default_factory=set)  # profile ids in the evaluator
-    #: The stored ``updated_at`` of each installed profile, by id: what a resync compares.
+    #: The profiles in the evaluator, by id: their stored ``updated_at`` (what a resync compares).
     versions: dict[int, dt.datetime] = field(default_factory=dict)
     # When each feed changes, learnt from its documents, probes and pings (keyed by resource;
     # times in POSIX seconds): what background probes spend the spare budget by, and how long
@@ -128,14 +127,13 @@ class Runtime:
         spec = profile_spec(profile)
         keys = [rule_key(rule.id) for rule in profile.rules]
         pid = str(profile.id)
-        if pid in self.installed:
+        if profile.id in self.versions:
             _, ops = self.evaluator.replace_profile(
                 pid, spec, self.feeds.resource_of, rule_ids=keys, since=self.engine.now)
             steps = self.apply(ops)
         else:
             # New rules take a baseline from now (issue 23); a restart restores theirs below.
             self.evaluator.add_profile(pid, spec, self.feeds.resource_of, rule_ids=keys, since=self.engine.now)
-            self.installed.add(pid)
             steps = []
         self.versions[profile.id] = profile.updated_at
         if restore_states:
@@ -150,7 +148,6 @@ class Runtime:
             ops = self.evaluator.remove_profile(str(profile_id))
         except KeyError:
             return []
-        self.installed.discard(str(profile_id))
         self.versions.pop(profile_id, None)
         return self.apply(ops)
 
