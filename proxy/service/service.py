@@ -1132,7 +1132,7 @@ class ProxyService:
             try:
                 await self.store.get_feed(change.id)
             except FeedNotFoundError:
-                await self.host.call(rt.feeds.remove, change.id)
+                await self.host.call(self._remove_feed, change.id)
         elif change.kind == "ping":
             await self._apply_ping(change.id, list(change.users))
         elif change.kind == "profile" and change.user is not None:
