@@ -25,6 +25,7 @@ from proxy import DEFAULT_USER_AGENT
 from proxy.errors import SettingsError
 
 __all__ = [
+    "BROKER_JOB_MAX_SECONDS",
     "ENV_PREFIX",
     "SPEC_POLICY_NAMES",
     "Settings",
@@ -58,6 +59,8 @@ HOUR = 3600.0
 DAY = 86400.0
 WEEK = 7 * DAY
 MAX_BUDGET = 100_000
+#: The longest a probe job may live: the broker drops jobs older than this by itself.
+BROKER_JOB_MAX_SECONDS = HOUR
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -409,7 +412,7 @@ class Settings(BaseSettings):
         ),
     )
     broker_job_timeout_seconds: float = Field(
-        default=60.0, gt=0, le=3600,
+        default=60.0, gt=0, le=BROKER_JOB_MAX_SECONDS,
         description=(
             "How long a probe job lives on the broker: the scheduler counts it a network error "
             "after this, and workers drop it unprobed. At most 3600 (the broker drops jobs "

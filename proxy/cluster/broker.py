@@ -57,6 +57,7 @@ from proxy.feeds import FeedState, KnownEntries, NetworkError, ProbeResult
 from proxy.feeds.fetch import check_feed_url
 from proxy.feeds.politeness import HostLimiter
 from proxy.feeds.ssrf import AddressPolicy, SystemResolver, redact_url
+from proxy.settings import BROKER_JOB_MAX_SECONDS
 
 __all__ = ["JOBS_STREAM", "RESULTS_STREAM", "BrokerProber", "BrokerSettings", "NoJetStreamError",
            "PullConsumer", "connect", "ensure_streams"]
@@ -73,8 +74,9 @@ DUPLICATE_WINDOW_SECONDS = 600.0
 #: Results nobody read (a scheduler that died) are dropped after this.
 RESULTS_MAX_AGE_SECONDS = 3600.0
 #: Jobs older than this are dropped by the broker itself: a job lives ``job_timeout`` (a
-#: minute by default), so with no worker running for days the stream stays bounded.
-JOBS_MAX_AGE_SECONDS = 3600.0
+#: minute by default, at most this), so with no worker running for days the stream stays
+#: bounded.
+JOBS_MAX_AGE_SECONDS = BROKER_JOB_MAX_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +216,8 @@ class PullConsumer:
     (nats-io/nats.py#504). So, after a reconnect, after an error answer, and every
     :data:`CONSUMER_CHECK_SECONDS` of fetching nothing, the consumer asks the broker
     for its own state: missing, it re-creates the streams and itself; if messages
-    wait (``num_pending``) and the next fetch does not get one either, it
-    subscribes afresh. Unacknowledged messages held by the old subscription are
+    wait (``num_pending``), the next fetch does not get one either and nothing was
+    delivered to anyone meanwhile, it subscribes afresh. Unacknowledged messages held by the old subscription are
     delivered again after ``ack_wait``, as for any lost worker.
     """
 
@@ -336,12 +338,6 @@ class PullConsumer:
             self.resubscribed += 1
         if self._on_repair is not None:
             self._on_repair(kind)
-
-    async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
-                await self._sub.unsubscribe()
-            self._sub = None
 
 
 def _delivered(info: ConsumerInfo) -> int:

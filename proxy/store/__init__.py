@@ -20,7 +20,7 @@ HTTP or rule semantics.
 
 from proxy.store._audit import INVARIANTS, AuditReport, Violation
 from proxy.store._cluster import ClusterProcess, fence_writes
-from proxy.store._engine import PG_KEEPALIVES, PG_KEEPALIVES_SQL, make_engine
+from proxy.store._engine import PG_KEEPALIVES_SQL, make_engine
 from proxy.store._lease import Lease
 from proxy.store._repository import Store, hash_api_key
 from proxy.store._types import (
@@ -69,7 +69,6 @@ from proxy.store.migrate import current_revision, downgrade_database, upgrade_da
 __all__ = [
     "CEI_STATES",
     "INVARIANTS",
-    "PG_KEEPALIVES",
     "PG_KEEPALIVES_SQL",
     "TARGET_DISABLED_ERROR",
     "ApiKey",

@@ -23,7 +23,7 @@ from proxy.errors import StorageError
 
 log = structlog.get_logger("proxy.store")
 
-__all__ = ["PG_KEEPALIVES", "PG_KEEPALIVES_SQL", "SQLITE_BUSY_TIMEOUT_MS", "make_engine", "sqlite_path"]
+__all__ = ["PG_KEEPALIVES_SQL", "SQLITE_BUSY_TIMEOUT_MS", "make_engine", "sqlite_path"]
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 
@@ -58,11 +58,11 @@ def _sqlite_pragmas(*, foreign_keys: bool) -> Any:
 #: a minute (its default is two hours), so a NAT or load balancer in between, whose idle
 #: timeout is often four to ten minutes, does not forget a pooled or listening connection,
 #: and a client that died is noticed in two minutes.
-PG_KEEPALIVES = {"tcp_keepalives_idle": "60", "tcp_keepalives_interval": "10",
-                 "tcp_keepalives_count": "6"}
+_PG_KEEPALIVES = {"tcp_keepalives_idle": "60", "tcp_keepalives_interval": "10",
+                  "tcp_keepalives_count": "6"}
 #: One statement (a prepared statement holds one), for the session (``is_local`` false).
 PG_KEEPALIVES_SQL = "SELECT " + ", ".join(
-    f"set_config('{name}', '{value}', false)" for name, value in PG_KEEPALIVES.items())
+    f"set_config('{name}', '{value}', false)" for name, value in _PG_KEEPALIVES.items())
 
 
 def make_engine(
@@ -98,7 +98,7 @@ def make_engine(
 
 
 def _pg_keepalives(dbapi_connection: Any, _record: Any) -> None:
-    """:data:`PG_KEEPALIVES` set by a query, not as startup parameters (a pooler such as
+    """The keepalive settings set by :data:`PG_KEEPALIVES_SQL`, not as startup parameters (a pooler such as
     PgBouncer refuses startup parameters it does not know); a refusal leaves the
     server's own settings."""
     cursor = dbapi_connection.cursor()
