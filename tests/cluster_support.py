@@ -76,8 +76,14 @@ class NatsServer:
                 await self.proc.wait()
         self.proc = None
 
-    async def restart(self) -> None:
+    async def restart(self, *, wipe: bool = False) -> None:
+        """SIGKILL and start again; ``wipe``: without its JetStream store in between (a broker
+        back without its volume: no streams, no consumers; the log file stays)."""
         await self.kill()
+        if wipe:
+            for path in self.store_dir.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path)
         await self.start()
 
 

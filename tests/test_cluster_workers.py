@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import shutil
 import signal
 from pathlib import Path
 
@@ -250,11 +249,7 @@ async def test_a_broker_back_without_its_store_gets_streams_and_consumers_made_a
         first = await asyncio.gather(*(
             prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW) for f in feeds[:3]))
         assert all(isinstance(r, Ok) for r in first), first
-        await nats_server.kill()
-        for path in nats_server.store_dir.iterdir():
-            if path.is_dir():  # the JetStream store; the log file stays
-                shutil.rmtree(path)
-        await nats_server.start()
+        await nats_server.restart(wipe=True)
         after = await asyncio.wait_for(asyncio.gather(*(
             prober.probe(FeedState(farm.url(f)), NothingKnown(), now=NOW) for f in feeds[3:])), 60)
         assert all(isinstance(r, Ok) for r in after), after

@@ -27,7 +27,6 @@ import asyncio
 import datetime as dt
 import os
 import random
-import shutil
 import signal
 import statistics
 import sys
@@ -39,47 +38,9 @@ from pathlib import Path
 from proxy.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # tests.cluster_support, from wherever this runs
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench-broker-restarts -->", "<!-- /bench-broker-restarts -->"
-
-
-class _Broker:
-    def __init__(self, store: Path) -> None:
-        self.store = store
-        self.port = free_port()
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
-        self.proc = await asyncio.create_subprocess_exec(
-            nats_bin, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"nats-server did not listen on {self.port}")
-
-    async def kill(self, *, wipe: bool) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
-        if wipe:
-            shutil.rmtree(self.store, ignore_errors=True)
-            self.store.mkdir()
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            await self.proc.wait()
 
 
 async def _get(url: str, within: float = 60.0) -> str:
@@ -112,11 +73,12 @@ async def _run(args: argparse.Namespace, base: str, tmp: Path) -> _Outcome:
     from proxy.cluster import BrokerProber, BrokerSettings
     from proxy.feeds import AddressPolicy, FeedState, NothingKnown, Ok
     from proxy.store import upgrade_database
+    from tests.cluster_support import NatsServer
 
     rng = random.Random(args.seed)
     store = tmp / "js"
     store.mkdir()
-    broker = _Broker(store)
+    broker = NatsServer(store)  # the tests' own: a private nats-server with JetStream
     await broker.start()
     db = f"sqlite+aiosqlite:///{tmp / 'proxy.sqlite3'}"
     await upgrade_database(db)
@@ -149,8 +111,7 @@ async def _run(args: argparse.Namespace, base: str, tmp: Path) -> _Outcome:
             for i in range(1, args.rounds + 1):
                 await asyncio.sleep(rng.uniform(0.0, args.max_gap))
                 wipe = args.wipe_every > 0 and i % args.wipe_every == 0
-                await broker.kill(wipe=wipe)
-                await broker.start()
+                await broker.restart(wipe=wipe)
                 began = time.perf_counter()
                 try:
                     async with asyncio.timeout(args.timeout):
