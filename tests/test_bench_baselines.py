@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
@@ -10,11 +11,13 @@ from proxy.bench.baselines import (
     AdaptiveParams,
     adaptive,
     completeness,
+    feed_orders,
     match_probes,
     probes_to_reach,
     round_robin,
 )
 from proxy.bench.live import lagged
+from proxy.bench.metrics import ProbeRec, cei_outcome
 from proxy.core.model import CEI, EI, Budget, Workload
 
 
@@ -80,3 +83,67 @@ def test_lagged_workload_reveals_each_ei_one_chronon_later() -> None:
     assert cei.eis == (EI(0, 2, 5, 3), EI(1, 9, 9, 9))  # a probe at 2 still captures
     (cei,) = lagged(wl, shift_start=True).ceis
     assert cei.eis == (EI(0, 3, 5, 3), EI(1, 9, 9, 9))  # the entry appears after 2's probes
+
+
+def test_feed_orders_start_with_the_feeds_own_order_then_seeded_shuffles() -> None:
+    orders = feed_orders(6, 5)
+    assert orders[0] == [0, 1, 2, 3, 4, 5]
+    assert len(orders) == 5 and all(sorted(o) == list(range(6)) for o in orders)
+    assert any(o != orders[0] for o in orders[1:])
+    assert feed_orders(6, 5) == orders  # seeded: every run compares the same readers
+    assert feed_orders(6, 1) == [orders[0]]
+    with pytest.raises(ValueError, match="orders"):
+        feed_orders(6, 0)
+
+
+def test_readers_visit_the_feeds_in_the_order_given() -> None:
+    assert round_robin(3, 3, 6, [2, 0, 1]) == [(0, 2), (0, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+    with pytest.raises(ValueError, match="each of the 3 feeds once"):
+        round_robin(3, 3, 6, [0, 0, 1])
+    # The adaptive reader staggers its first probes over one interval in that order.
+    p = AdaptiveParams(min_interval=1, max_interval=9, lookback=3, window=5)
+    firsts = {r: min(t for t, q in adaptive([[], [], []], 9, p, [1, 2, 0]) if q == r) for r in range(3)}
+    assert firsts == {1: 0, 2: 1, 0: 2}
+
+
+# Feed 0 updates at 0, feed 1 at 1: one probe a chronon, each EI open for one chronon. Visiting
+# 0 then 1 catches both; visiting 1 then 0 catches neither.
+LUCKY = (CEI("a", "p", (EI(0, 0, 0),)), CEI("b", "p", (EI(1, 1, 1),)))
+
+
+def test_a_readers_figure_is_its_mean_over_feed_orders() -> None:
+    orders = feed_orders(2, 16)
+    assert [1, 0] in orders
+    each = [completeness(LUCKY, round_robin(2, 4, 4, o)) for o in orders]
+    assert sorted(set(each)) == [0.0, 1.0]  # the feeds' own order is the lucky one
+    run = match_probes("round-robin", LUCKY, [[0], [1]], 4, 4, orders=16)
+    assert run.spread == tuple(each) and run.spread[0] == 1.0
+    assert run.completeness == pytest.approx(sum(each) / 16) and run.completeness < 1.0
+    assert len(run.schedules) == 16 and run.schedule == run.schedules[0] == round_robin(2, 4, 4)
+    assert match_probes("round-robin", LUCKY, [[0], [1]], 4, 4).completeness == 1.0  # one order: the own
+    ad = match_probes("adaptive", LUCKY, [[0], [1]], 4, 4, AdaptiveParams(max_interval=2, lookback=2), 16)
+    assert ad.completeness == pytest.approx(sum(ad.spread) / 16)
+
+
+def test_probes_to_reach_a_target_on_the_mean_over_orders() -> None:
+    one = probes_to_reach("round-robin", LUCKY, [[0], [1]], 4, 1.0)
+    assert one is not None and one.probes == 4  # the own order catches both with a probe a chronon
+    many = probes_to_reach("round-robin", LUCKY, [[0], [1]], 4, 1.0, orders=16)
+    assert many is not None and many.completeness == 1.0 and many.probes == 8  # every order: both feeds
+    below = match_probes("round-robin", LUCKY, [[0], [1]], 4, many.probes - 1, orders=16)
+    assert below.completeness < 1.0
+
+
+def test_reader_completeness_counts_as_the_live_metric_does() -> None:
+    # completeness() counts a schedule's captures itself (it runs thousands of times a bench);
+    # it must say what cei_outcome says of the same probes.
+    rng = random.Random(5)
+    for _ in range(200):
+        ceis = tuple(
+            CEI(f"c{i}", "p", tuple(EI(r, s, s + rng.randrange(4))
+                                    for r, s in ((rng.randrange(4), rng.randrange(30)) for _ in range(rng.randrange(1, 4)))))
+            for i in range(rng.randrange(1, 8)))
+        schedule = sorted((rng.randrange(30), rng.randrange(4)) for _ in range(rng.randrange(0, 40)))
+        want = cei_outcome(ceis, [ProbeRec(r, t, float(t)) for t, r in schedule]).completeness
+        assert completeness(ceis, schedule) == want
+    assert completeness((), [(0, 0)]) == 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,15 @@ async def test_tiny_live_run_agrees_with_its_ground_truth(tmp_path: Path) -> Non
     for key in ("cei_completeness", "entry_completeness", "probes", "eis_agree", "entries_stored"):
         assert again["live"][key] == live[key], key
     assert again["sim_lag"] == r["sim_lag"]
+    # The readers' figures are the mean over feed orders; with one order, the feeds' own.
+    for kind in ("round-robin", "adaptive"):
+        reader = r["readers"][kind]
+        assert reader["orders"] == 64
+        assert reader["completeness_p5"] <= reader["completeness"] <= reader["completeness_p95"]
+    one = analyse(bw, replace(cfg, reader_orders=1), await records_from_run(bw, cfg, tmp_path, "tiny", saved))
+    for kind in ("round-robin", "adaptive"):
+        assert one["readers"][kind]["orders"] == 1
+        assert one["readers"][kind]["completeness"] == r["readers"][kind]["completeness_feed_order"]
 
 
 @pytest.mark.slow

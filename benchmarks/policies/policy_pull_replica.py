@@ -64,7 +64,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from proxy.bench.baselines import AdaptiveParams, match_probes
+from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes
 from proxy.bench.live import trace_workload
 from proxy.bench.metrics import ProbeRec, cei_outcome
 from proxy.core.discovery import CaptureExplore, waiting_share
@@ -98,7 +98,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            seed: int = 1, fade: float = EVIDENCE_FADE,
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
-           days: float = DAYS, whole_windows: bool = False, lead: int = 0) -> tuple[float, float, float, int]:
+           days: float = DAYS, whole_windows: bool = False, lead: int = 0,
+           orders: int = READER_ORDERS) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -120,6 +121,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     holding only its placeholder, as the live bench's ``lead_chronons`` (``LEAD``); their
     probes are spent but not counted. 0, the default, starts the rules at chronon 0 (the
     figures of ``docs/discovery.md`` before 2026-11-28).
+    ``orders``: feed orders the readers' figures are the mean over, as the live bench's
+    ``--reader-orders`` (1: the feeds' own order, the figures of ``docs/discovery.md`` before
+    2026-11-28's "One order is one draw").
     """
     if rates not in RATES:
         raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
@@ -213,8 +217,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                      for c in bw.workload.ceis)
     sub_updates = [list(ups[r]) for r in watched]
     params = AdaptiveParams(max_interval=chronons // 2, lookback=chronons // 5, window=20)
-    rr = match_probes("round-robin", sub_ceis, sub_updates, chronons, len(probes), params).completeness
-    ad = match_probes("adaptive", sub_ceis, sub_updates, chronons, len(probes), params).completeness
+    rr = match_probes("round-robin", sub_ceis, sub_updates, chronons, len(probes), params, orders).completeness
+    ad = match_probes("adaptive", sub_ceis, sub_updates, chronons, len(probes), params, orders).completeness
     return live, rr, ad, len(probes)
 
 
@@ -258,6 +262,9 @@ def main() -> None:
     parser.add_argument("--lead", type=int, default=0,
                         help=f"chronons the rules exist before the run, their probes finding only the placeholder "
                              f"(default 0; {LEAD}: as the live bench)")
+    parser.add_argument("--reader-orders", type=int, default=READER_ORDERS,
+                        help=f"feed orders the readers' figures are the mean over (default {READER_ORDERS}, the "
+                             "live bench's; 1: the feeds' own order alone)")
     args = parser.parse_args()
     modes = [_mode(m) for m in args.predicted or ["off"]]
     columns = [(z, e, pool, explore, *m) for z in (args.z or [OPTIMISM_Z])
@@ -278,7 +285,7 @@ def main() -> None:
                                      args.chronon_seconds, kinds, pool=pool, explore=explore,
                                      seed=int(seed[0]) if seed else 1, fade=args.fade,
                                      rounds=args.rounds, rank=args.rank, window=args.window,
-                                     rates=args.rates, lead=args.lead,
+                                     rates=args.rates, lead=args.lead, orders=args.reader_orders,
                                      chronons=args.chronons, days=args.days)
             ratios[k].append(live / max(rr, ad))
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")

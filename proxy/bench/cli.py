@@ -52,6 +52,11 @@ What each column means (code: `proxy/bench/`, metrics tested in `tests/test_benc
   watched feed in turn, and Miniflux-like `entry_frequency` intervals (lookback / entries dated
   within the lookback, K/5 chronons) learnt from the entry dates each probe shows, clamped to
   [1, K/2] chronons; one knob scales the interval and the maximum to hit a probe count.
+  Each reader's figures are the mean over 64 feed orders (`--reader-orders`; the feeds' own
+  order first, then seeded shuffles), its delays pooled over them: which feed a reader visits
+  first is chance, and one order's completeness moves by up to 30 points with it
+  (`docs/discovery.md`, "One order is one draw"). Pages generated before 2026-11-28 show one
+  order, the feeds' own.
   **probes to match**: the fewest probes with which the reader reaches the live proxy's CEI
   completeness (× the proxy's probes); "never" if even polling every chronon does not.
 - **EIs as generated %**: share of the generator's EIs (profile, feed, start chronon) that the
@@ -134,6 +139,9 @@ def live(
         help="When update u is published, in chronons from the start of chronon u (-1..1).")] = -0.1,
     ping_lag: Annotated[float, typer.Option(
         help="Chronons the farm holds every ping (lands after the tick of u).")] = 0.2,
+    reader_orders: Annotated[int, typer.Option(
+        min=1, help="Feed orders each plain reader's figures are the mean over (1: the feeds' own order).")
+    ] = 64,
     out: Annotated[Path, typer.Option(help="Folder for result JSON, publication logs, databases.")] = Path(
         "bench-live"),
     doc: Annotated[Path | None, typer.Option(help="Regenerate this markdown from every result in --out.")] = None,
@@ -190,7 +198,7 @@ def live(
         tag = f"{bw.name}-{p}-C{c}{drop}{delay}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
-                         service=service, phase=phase, ping_lag=ping_lag)
+                         service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)

@@ -44,13 +44,14 @@ import datetime as dt
 import json
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from proxy.bench.baselines import AdaptiveParams, match_probes, probes_to_reach
+from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes, probes_to_reach
 from proxy.bench.metrics import (
     ProbeRec,
     Pub,
@@ -108,6 +109,8 @@ class LiveConfig:
     """``process`` (``proxy serve`` in a child process) or ``inline`` (this event loop)."""
     phase: float = PHASE
     ping_lag: float = PING_LAG
+    reader_orders: int = READER_ORDERS
+    """Feed orders each plain reader's figures are the mean over (``proxy.bench.baselines``)."""
 
 
 # ---------------------------------------------------------------------- workloads
@@ -767,16 +770,24 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
                                  cfg.feed_window)
     reader_pubs = [Pub(remap[pub.resource], pub.time) for pub in sim_pubs if pub.resource in remap]
     readers: dict[str, Any] = {}
+    # Each reader's figures are the mean over cfg.reader_orders feed orders (its delays pooled
+    # over them): which feed a reader visits first is chance, and one order is one draw.
+    orders = cfg.reader_orders
     for kind in ("round-robin", "adaptive"):
-        eq = match_probes(kind, sub_ceis, sub_updates, k, probes, ap)
-        need = probes_to_reach(kind, sub_ceis, sub_updates, k, live.completeness, ap)
-        seen = entry_outcome(reader_pubs, [ProbeRec(r, t, float(t)) for t, r in eq.schedule],
-                             cfg.feed_window)
+        eq = match_probes(kind, sub_ceis, sub_updates, k, probes, ap, orders)
+        need = probes_to_reach(kind, sub_ceis, sub_updates, k, live.completeness, ap, orders)
+        seen = [entry_outcome(reader_pubs, [ProbeRec(r, t, float(t)) for t, r in s], cfg.feed_window)
+                for s in eq.schedules]
+        spread = sorted(eq.spread)
         readers[kind] = {"probes": eq.probes, "completeness": eq.completeness,
+                         "orders": orders,
+                         "completeness_feed_order": eq.spread[0],
+                         "completeness_p5": spread[int(0.05 * (len(spread) - 1))],
+                         "completeness_p95": spread[math.ceil(0.95 * (len(spread) - 1))],
                          "probes_to_match": need.probes if need else None,
                          "completeness_at_match": need.completeness if need else None,
-                         "detection_delay_chronons": quantiles(seen.delays),
-                         "entry_completeness": seen.completeness}
+                         "detection_delay_chronons": quantiles([d for e in seen for d in e.delays]),
+                         "entry_completeness": statistics.fmean(e.completeness for e in seen)}
     agree, total_eis = _ei_agreement(bw, rec)
     curve_live = completeness_curve(live, k)
     curve_sim = completeness_curve(cei_outcome(wl.ceis, sim_probes), k)
