@@ -17,7 +17,8 @@ active on that feed at ``t``, exactly as in :func:`proxy.sim.score.score_schedul
 
 :func:`match_probes` tunes a reader to a total number of probes, and
 :func:`probes_to_reach` finds the fewest probes with which a reader reaches a
-completeness.
+completeness.  Readers have no per-chronon cap: they get the same *total*
+probes as the proxy, which favours them.
 
 **A reader's figure is its mean over feed orders** (``orders``, the live
 bench's :data:`READER_ORDERS`). Which feed a reader visits first is an
@@ -27,9 +28,10 @@ trace, round-robin over 300 random orders caught 31 % of the CEIs at the 5th
 percentile and 62 % at the 95th (the feeds' own order: 68 %). One order is
 one draw from that spread; the mean over many is what a plain reader catches,
 whichever order it has. The feeds' own order is always the first of them
-(``orders=1`` is that order alone).  Readers have no per-chronon cap: they get the same *total*
-probes as the proxy, which favours them.  Deliberately not here: HTTP (the
-readers run on the ground-truth trace) or CEI knowledge (readers have none).
+(``orders=1`` is that order alone).
+
+Deliberately not here: HTTP (the readers run on the ground-truth trace) or
+CEI knowledge (readers have none).
 """
 
 from __future__ import annotations
