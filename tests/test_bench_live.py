@@ -260,3 +260,14 @@ def test_trace_workload_reads_an_export_by_its_header(tmp_path: Path) -> None:
     swapped.write_text("".join(f"{t.isoformat()},{f}\n" for f, t in stamps), encoding="utf-8")
     with pytest.raises(BenchError, match="first column holds the timestamps"):
         busiest_window(swapped, 14)
+
+
+def test_the_cli_averages_the_readers_over_as_many_orders_as_the_bench() -> None:
+    # The CLI keeps its defaults literal (it imports no bench code before a command runs).
+    import inspect
+
+    from proxy.bench.baselines import READER_ORDERS
+    from proxy.bench.cli import live
+
+    assert inspect.signature(live).parameters["reader_orders"].default == READER_ORDERS
+    assert LiveConfig().reader_orders == READER_ORDERS
