@@ -25,7 +25,7 @@ bench's :data:`READER_ORDERS`). Which feed a reader visits first is an
 accident of its subscription list, unrelated to when feeds publish, yet it
 decides which updates its fixed interval happens to land on: on one 60-feed
 trace, round-robin over 300 random orders caught 31 % of the CEIs at the 5th
-percentile and 62 % at the 95th (the feeds' own order: 68 %). One order is
+percentile and 59 % at the 95th (the feeds' own order: 68 %). One order is
 one draw from that spread; the mean over many is what a plain reader catches,
 whichever order it has. The feeds' own order is always the first of them
 (``orders=1`` is that order alone).
