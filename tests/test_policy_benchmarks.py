@@ -130,3 +130,30 @@ def test_rollout_refuses_budgets_other_than_one() -> None:
     wl = generate(GenParams(resources=20, profiles=4, chronons=30, budget=2), 1)
     with pytest.raises(ValueError, match="budget of 1 probe per chronon"):
         rollout_schedule(wl, Config(samples=1, horizon=5, drain=0, candidates=2, margin=0.0, oracle=True), GenParams(budget=2))
+
+
+def test_reader_orders_gives_the_own_order_and_each_random_one(tmp_path: Path) -> None:
+    from policy_reader_orders import spread
+
+    from proxy.sim.synthetic import weekly_trace, write_trace_csv
+
+    trace = tmp_path / "t.csv"
+    write_trace_csv(weekly_trace(40, seed=3, weeks=2.0), trace)
+    (own, each), = spread(trace, 8, profiles=10, budget=1, kinds=("round-robin",)).values()
+    assert len(each) == 8
+    # Seeded: the same figures again. Each is round-robin in one of feed_orders' orders, the
+    # feeds' own first, then the shuffles the bench averages with it.
+    again = spread(trace, 8, profiles=10, budget=1, kinds=("round-robin",))["round-robin"]
+    assert again == (own, each)
+    from policy_reader_orders import CHRONONS, DAYS, RANK, WINDOW
+
+    from proxy.bench.baselines import completeness, feed_orders, round_robin
+    from proxy.bench.live import trace_workload
+
+    bw = trace_workload(trace, chronons=CHRONONS, days=DAYS, profiles=10, rank=RANK, window=WINDOW, seed=1)
+    feeds = sorted({r for w in bw.watched for r in w})
+    for k, order in enumerate(feed_orders(len(feeds), 9)):
+        probes = [(t, feeds[r]) for t, r in round_robin(len(feeds), CHRONONS, CHRONONS, order)]
+        assert completeness(bw.workload.ceis, probes) == [own, *each][k]
+    assert len(set(each)) > 1  # the orders do differ in what they catch
+    assert all(0.0 <= x <= 1.0 for x in [own, *each])
