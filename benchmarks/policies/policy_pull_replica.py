@@ -61,14 +61,12 @@ import argparse
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes
-from proxy.bench.live import trace_workload
+from proxy.bench.live import reader_view, trace_workload
 from proxy.bench.metrics import ProbeRec, cei_outcome
 from proxy.core.discovery import CaptureExplore, waiting_share
-from proxy.core.model import CEI
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
 from proxy.service._feeds import update_model_settings
@@ -212,13 +210,10 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     if whole_windows:
         scored = tuple(c for c in scored if all(e.start + window <= chronons - 1 for e in c.eis))
     live = cei_outcome(scored, probes).completeness
-    remap = {r: i for i, r in enumerate(watched)}
-    sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
-                     for c in bw.workload.ceis)
-    sub_updates = [list(ups[r]) for r in watched]
+    view = reader_view(bw)
     params = AdaptiveParams(max_interval=chronons // 2, lookback=chronons // 5, window=20)
-    rr = match_probes("round-robin", sub_ceis, sub_updates, chronons, len(probes), params, orders).completeness
-    ad = match_probes("adaptive", sub_ceis, sub_updates, chronons, len(probes), params, orders).completeness
+    rr = match_probes("round-robin", view.ceis, view.updates, chronons, len(probes), params, orders).completeness
+    ad = match_probes("adaptive", view.ceis, view.updates, chronons, len(probes), params, orders).completeness
     return live, rr, ad, len(probes)
 
 

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from proxy.bench.baselines import AdaptiveParams, match_probes
-from proxy.bench.live import trace_workload
-from proxy.core.model import CEI
+from proxy.bench.live import reader_view, trace_workload
 
 CHRONONS, WINDOW, DAYS, RANK, PROFILES, BUDGET = 200, 10, 14, 3, 40, 2  # the issue's live bench options
 
@@ -35,16 +33,12 @@ def spread(path: Path, orders: int, *, profiles: int = PROFILES, budget: int = B
     """Per reader: its completeness in the feeds' own order, and in each of ``orders`` random orders."""
     bw = trace_workload(path, chronons=CHRONONS, days=DAYS, profiles=profiles, rank=RANK, window=WINDOW,
                         seed=seed, budget=budget)
-    feeds = sorted({r for w in bw.watched for r in w})
-    remap = {r: i for i, r in enumerate(feeds)}
-    ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
-                 for c in bw.workload.ceis)
-    updates = [list(bw.updates[r]) for r in feeds]
+    view = reader_view(bw)
     params = AdaptiveParams(max_interval=CHRONONS // 2, lookback=CHRONONS // 5, window=20)
     out = {}
     for kind in kinds:
         # feed_orders' first order is the feeds' own, the rest seeded shuffles.
-        each = match_probes(kind, ceis, updates, CHRONONS, CHRONONS * budget, params, orders + 1).spread
+        each = match_probes(kind, view.ceis, view.updates, CHRONONS, CHRONONS * budget, params, orders + 1).spread
         out[kind] = (each[0], list(each[1:]))
     return out
 

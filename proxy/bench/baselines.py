@@ -183,19 +183,27 @@ class ReaderRun:
     completeness: float
     setting: float
     """The tuned knob: total probes (round robin) or the interval scale (adaptive), of the first order."""
-    schedule: Schedule = field(default_factory=list, compare=False, repr=False)
-    """The reader's probes as ``(chronon, feed)`` in the feeds' own order, the first of ``schedules``."""
     schedules: tuple[Schedule, ...] = field(default=(), compare=False, repr=False)
-    """Every order's probes, for the update-detection delays over all of them."""
+    """Every order's probes as ``(chronon, feed)``, the feeds' own order first."""
     spread: tuple[float, ...] = field(default=(), compare=False, repr=False)
     """Each order's completeness, the feeds' own order first."""
+
+    @property
+    def schedule(self) -> Schedule:
+        """The reader's probes in the feeds' own order."""
+        return self.schedules[0]
+
+
+def _one(ceis: Sequence[CEI], schedule: Schedule, setting: float) -> ReaderRun:
+    """A reader's run in one order."""
+    c = completeness(ceis, schedule)
+    return ReaderRun(len(schedule), c, setting, (schedule,), (c,))
 
 
 def _mean(runs: Sequence[ReaderRun]) -> ReaderRun:
     """The runs of one reader over several feed orders as one: mean probes and completeness."""
-    first = runs[0]
     return ReaderRun(round(statistics.fmean(r.probes for r in runs)),
-                     statistics.fmean(r.completeness for r in runs), first.setting, first.schedule,
+                     statistics.fmean(r.completeness for r in runs), runs[0].setting,
                      tuple(r.schedule for r in runs), tuple(r.completeness for r in runs))
 
 
@@ -216,8 +224,7 @@ def _match(
     params: AdaptiveParams | None, order: Sequence[int],
 ) -> ReaderRun:
     if kind == "round-robin":
-        s = round_robin(len(updates), chronons, probes, order)
-        return ReaderRun(len(s), completeness(ceis, s), float(probes), s)
+        return _one(ceis, round_robin(len(updates), chronons, probes, order), float(probes))
     p = params or AdaptiveParams()
     run = _adaptive_run(ceis, updates, chronons, p, order)
     # Probes fall as the scale grows: bisect the scale in log space.
@@ -249,11 +256,7 @@ def probes_to_reach(
     every = feed_orders(n, orders)
     if kind == "round-robin":
         def rr(p: int) -> ReaderRun:
-            runs = []
-            for order in every:
-                s = round_robin(n, chronons, p, order)
-                runs.append(ReaderRun(len(s), completeness(ceis, s), float(p), s))
-            return _mean(runs)
+            return _mean([_one(ceis, round_robin(n, chronons, p, order), float(p)) for order in every])
 
         top = rr(n * chronons)
         if top.completeness < target:
@@ -297,9 +300,8 @@ def _adaptive_run(
     order: Sequence[int] | None = None,
 ) -> Callable[[float], ReaderRun]:
     def run(scale: float) -> ReaderRun:
-        s = adaptive(updates, chronons, AdaptiveParams(p.min_interval, p.max_interval, p.lookback,
-                                                       scale, p.window), order)
-        return ReaderRun(len(s), completeness(ceis, s), scale, s)
+        return _one(ceis, adaptive(updates, chronons, AdaptiveParams(p.min_interval, p.max_interval, p.lookback,
+                                                                     scale, p.window), order), scale)
 
     return run
 

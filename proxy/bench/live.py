@@ -93,6 +93,32 @@ class BenchWorkload:
 
 
 @dataclass(frozen=True, slots=True)
+class ReaderView:
+    """What the plain readers poll: the watched feeds as ``0..n-1``, with their CEIs and updates."""
+
+    feeds: tuple[int, ...]
+    """The workload's resource of each reader feed."""
+    index: dict[int, int]
+    """Workload resource → reader feed."""
+    ceis: tuple[CEI, ...]
+    updates: list[list[int]]
+    """Per reader feed, the chronons its documents show entries of: the run's updates and, where the
+    workload has one, the history before it (the adaptive reader's first probe sees those, as the
+    proxy's does)."""
+
+
+def reader_view(bw: BenchWorkload) -> ReaderView:
+    """The watched feeds, renumbered, and the workload's CEIs and updates on them."""
+    feeds = tuple(sorted({r for w in bw.watched for r in w}))
+    index = {r: i for i, r in enumerate(feeds)}
+    ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=index[e.resource]) for e in c.eis))
+                 for c in bw.workload.ceis)
+    updates = [sorted({math.floor(x) for x in bw.history[r]} | set(bw.updates[r])) if bw.history
+               else list(bw.updates[r]) for r in feeds]
+    return ReaderView(feeds, index, ceis, updates)
+
+
+@dataclass(frozen=True, slots=True)
 class LiveConfig:
     """How the service runs: policy, budget, chronon length, database, ping faults."""
 
@@ -755,14 +781,8 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     sim_pubs = [Pub(r, float(u)) for r, ups in enumerate(bw.updates) for u in ups]
     ap = adaptive or AdaptiveParams(max_interval=max(2, k // 2), lookback=max(1, k // 5),
                                     window=cfg.feed_window)
-    feeds = sorted({r for w in bw.watched for r in w})
-    # The readers learn from what documents show, history included (the adaptive reader's
-    # first probe sees the feed's last entries, dated before the run, as the proxy's does).
-    sub_updates = [sorted({math.floor(x) for x in bw.history[r]} | set(bw.updates[r])) if bw.history
-                   else list(bw.updates[r]) for r in feeds]
-    remap = {r: i for i, r in enumerate(feeds)}
-    sub_ceis = tuple(CEI(c.id, c.profile, tuple(replace(e, resource=remap[e.resource]) for e in c.eis))
-                     for c in wl.ceis)
+    view = reader_view(bw)
+    remap = view.index
     # Update-detection delay (publication to the first probe that saw it) on the watched
     # feeds, the proxy's and each reader's at equal probes; entries pushed out unseen count
     # in no delay (entry completeness says how many).
@@ -774,16 +794,16 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     # over them): which feed a reader visits first is chance, and one order is one draw.
     orders = cfg.reader_orders
     for kind in ("round-robin", "adaptive"):
-        eq = match_probes(kind, sub_ceis, sub_updates, k, probes, ap, orders)
-        need = probes_to_reach(kind, sub_ceis, sub_updates, k, live.completeness, ap, orders)
+        eq = match_probes(kind, view.ceis, view.updates, k, probes, ap, orders)
+        need = probes_to_reach(kind, view.ceis, view.updates, k, live.completeness, ap, orders)
         seen = [entry_outcome(reader_pubs, [ProbeRec(r, t, float(t)) for t, r in s], cfg.feed_window)
                 for s in eq.schedules]
-        spread = sorted(eq.spread)
+        spread = quantiles(eq.spread, (0.05, 0.95))
         readers[kind] = {"probes": eq.probes, "completeness": eq.completeness,
                          "orders": orders,
                          "completeness_feed_order": eq.spread[0],
-                         "completeness_p5": spread[int(0.05 * (len(spread) - 1))],
-                         "completeness_p95": spread[math.ceil(0.95 * (len(spread) - 1))],
+                         "completeness_p5": spread["p5"],
+                         "completeness_p95": spread["p95"],
                          "probes_to_match": need.probes if need else None,
                          "completeness_at_match": need.completeness if need else None,
                          "detection_delay_chronons": quantiles([d for e in seen for d in e.delays]),
@@ -869,11 +889,13 @@ __all__ = [
     "BenchWorkload",
     "LiveConfig",
     "LiveRecords",
+    "ReaderView",
     "analyse",
     "busiest_window",
     "lagged",
     "live_equivalent",
     "poisson_workload",
+    "reader_view",
     "records_from_run",
     "run_benchmark",
     "run_live",
