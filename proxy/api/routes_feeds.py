@@ -51,9 +51,13 @@ async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     last success, why it may not be probed before ``next_allowed_at``, its recent probes, and
     its learnt update model (kind, rate, next update). An API replica or a standby shows the
     model the leader saved last (at most five minutes old)."""
+    # The probes first, then the feed: the loop writes a probe and the feed's health in one
+    # transaction, so a feed read after its recent probes is never older than they are (read
+    # the other way round, a probe landing in between showed a probe with no outcome). The
+    # feed's read is also the ownership check: nothing is returned before it passes.
+    activity = await service.store.feed_activity(feed_id)
     registered = await service.store.get_registered_feed(user, feed_id)
-    out = FeedOut.of(registered).with_activity(await service.store.feed_activity(feed_id),
-                                               service.clock.now())
+    out = FeedOut.of(registered).with_activity(activity, service.clock.now())
     model = await service.update_model(registered.feed)
     if model is not None:
         out.update_model = UpdateModelOut.of(model)
