@@ -1,4 +1,4 @@
-"""``proxy db …`` and ``proxy users …``.
+"""``proxy db …`` (upgrade, current, check, backup, restore) and ``proxy users …``.
 
 They live here, not in ``proxy/store``, because importing that package loads
 SQLAlchemy: the commands import the store when they run.
@@ -11,6 +11,7 @@ so it works on a fresh checkout. Errors go to standard error with exit status 1.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -116,6 +117,62 @@ def check(
                 typer.echo(f"  {v.detail}", err=True)
     typer.echo(f"error: {len(report.violations)} invariant violation(s)", err=True)
     raise typer.Exit(code=1)
+
+
+@db_app.command("backup")
+def backup(
+    file: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).",
+                                         show_default=False)],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Write a consistent backup of the database to FILE, safe while the service runs.
+
+    SQLite: SQLite's online backup API (never a file copy). PostgreSQL: pg_dump
+    --format=custom (the PostgreSQL client tools must be installed).
+    """
+    from proxy.errors import ProxyError
+    from proxy.store.backup import backup_database
+
+    url = _database_url(database_url)
+    try:
+        summary = asyncio.run(backup_database(url, file))
+    except ProxyError as exc:
+        _fail(str(exc))
+    size = file.stat().st_size
+    typer.echo(f"backed up the {summary.backend} database ({summary.describe()}) to {file} "
+               f"({size / 1e6:.1f} MB) in {summary.seconds:.1f} s")
+
+
+@db_app.command("restore")
+def restore(
+    file: Annotated[Path, typer.Argument(help="A file written by `proxy db backup`.",
+                                         show_default=False)],
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace whatever the database holds (refused while a service runs on it).",
+    )] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Restore FILE into an empty database (of the backend it was taken from).
+
+    A database holding rows is refused, naming them, unless --force. Stop the
+    service first; run `proxy db upgrade` after restoring a backup of an older release.
+    """
+    from proxy.errors import ProxyError
+    from proxy.store.backup import restore_database
+    from proxy.store.migrate import head_revision
+
+    url = _database_url(database_url)
+    try:
+        summary = asyncio.run(restore_database(url, file, force=force))
+    except ProxyError as exc:
+        _fail(str(exc))
+    typer.echo(f"restored {file} into the {summary.backend} database ({summary.describe()}) "
+               f"in {summary.seconds:.1f} s")
+    head = head_revision()
+    if summary.revision != head:
+        typer.echo(f"the backup is at revision {summary.revision}, this release's schema at {head}: "
+                   "run `proxy db upgrade` (the service does at start unless "
+                   "PROXY_MIGRATE_ON_START=false)")
 
 
 @users_app.command("create")
