@@ -15,10 +15,11 @@ that when it opens an engine (:func:`proxy.store.make_engine`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proxy import DEFAULT_USER_AGENT
@@ -242,11 +243,40 @@ class Settings(BaseSettings):
         ),
     )
 
+    metrics_token_file: str | None = Field(
+        default=None,
+        description=(
+            "File holding the metrics token (its first line), instead of `PROXY_METRICS_TOKEN`: "
+            "a compose or Kubernetes secret such as `/run/secrets/metrics_token`. Setting both "
+            "is refused."
+        ),
+    )
+
     @field_validator("metrics_token")
     @classmethod
     def _no_empty_token(cls, value: SecretStr | None) -> SecretStr | None:
         # An empty PROXY_METRICS_TOKEN= line means "no token", not "the empty token".
         return value if value is not None and value.get_secret_value().strip() else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_from_file(cls, data: Any) -> Any:
+        """``metrics_token_file``'s first line becomes ``metrics_token``, read once at start."""
+        if not isinstance(data, dict) or not data.get("metrics_token_file"):
+            return data
+        path = Path(str(data["metrics_token_file"]))
+        if str(data.get("metrics_token") or "").strip():
+            raise ValueError(
+                "set PROXY_METRICS_TOKEN or PROXY_METRICS_TOKEN_FILE, not both")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ValueError(
+                f"PROXY_METRICS_TOKEN_FILE={path}: cannot read it ({exc.strerror or exc})") from None
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise ValueError(f"PROXY_METRICS_TOKEN_FILE={path} is empty: its first line is the token")
+        return {**data, "metrics_token": token}
     ui_secret: SecretStr | None = Field(
         default=None,
         description=(
@@ -518,6 +548,8 @@ def _describe(error: Any) -> str:
     # pydantic prefixes messages raised by our validators with "Value error, ".
     message = message.removeprefix("Value error, ")
     value = error.get("input")
+    if not loc:  # a model-level check (e.g. PROXY_METRICS_TOKEN_FILE): its message names it
+        return message
     shown = "" if value is None or isinstance(value, dict) else f" (got {value!r})"
     return f"{name}: {message}{shown}"
 

@@ -212,3 +212,40 @@ def test_serve_refuses_a_microsecond_chronon_at_start(monkeypatch: pytest.Monkey
     result = CliRunner().invoke(app, ["serve"])
     assert result.exit_code == 2
     assert "PROXY_CHRONON_SECONDS: Input should be greater than or equal to 0.01" in result.output
+
+
+def test_the_metrics_token_can_come_from_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret = tmp_path / "metrics_token"
+    secret.write_text("s3cret-token\nignored second line\n", encoding="utf-8")
+    monkeypatch.setenv("PROXY_METRICS_TOKEN_FILE", str(secret))
+    token = load_settings().metrics_token
+    assert token is not None and token.get_secret_value() == "s3cret-token"
+    # An empty PROXY_METRICS_TOKEN= line beside it is "unset", as everywhere else.
+    monkeypatch.setenv("PROXY_METRICS_TOKEN", "")
+    token = load_settings().metrics_token
+    assert token is not None and token.get_secret_value() == "s3cret-token"
+
+
+@pytest.mark.parametrize(
+    ("content", "also_env", "expected"),
+    [
+        (None, None, "cannot read it"),
+        ("\n", None, "is empty"),
+        ("abc\n", "other", "not both"),
+    ],
+)
+def test_a_bad_metrics_token_file_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    content: str | None, also_env: str | None, expected: str,
+) -> None:
+    secret = tmp_path / "metrics_token"
+    if content is not None:
+        secret.write_text(content, encoding="utf-8")
+    monkeypatch.setenv("PROXY_METRICS_TOKEN_FILE", str(secret))
+    if also_env is not None:
+        monkeypatch.setenv("PROXY_METRICS_TOKEN", also_env)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "PROXY_METRICS_TOKEN_FILE" in str(caught.value) and expected in str(caught.value)
