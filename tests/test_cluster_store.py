@@ -16,7 +16,8 @@ from sqlalchemy import text
 from proxy.errors import FencedError, StandbyError
 from proxy.service._persist import ChrononRow, Writer
 from proxy.service.metrics import ServiceMetrics
-from proxy.store import Store, fence_writes
+from proxy.store import Lease, Store, fence_writes
+from proxy.store._cluster import lead_epoch
 
 T0 = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 
@@ -99,16 +100,56 @@ async def test_heartbeats_list_live_processes_and_age_out(store: Store) -> None:
     await store.heartbeat("sched-1", role="scheduler", host="h1", port=8001, leads=False,
                           epoch=None, now=later, started_at=T0)
 
-    every = await store.live_processes(T0)
+    every = await store.live_processes(T0, lease="loop", now=later)
     assert [(p.id, p.role, p.port, p.leads) for p in every] == [
         ("sched-1", "scheduler", 8001, False), ("worker-1", "worker", 8002, False)]
     assert every[0].heartbeat_at == later and every[0].started_at == T0
-    recent = await store.live_processes(T0 + dt.timedelta(seconds=10))
+    recent = await store.live_processes(T0 + dt.timedelta(seconds=10), lease="loop", now=later)
     assert [p.id for p in recent] == ["sched-1"]
 
     assert await store.forget_process("", older_than=T0 + dt.timedelta(seconds=10)) == 1
     assert await store.forget_process("sched-1") == 1
-    assert await store.live_processes(T0) == []
+    assert await store.live_processes(T0, lease="loop", now=later) == []
+
+
+_LIVE = Lease("loop", "b", 7, T0, T0 + dt.timedelta(seconds=10))
+
+
+@pytest.mark.parametrize(("holder", "claimed", "lease", "at", "leads"), [
+    ("b", None, _LIVE, 0, 7),     # the lease's holder leads, before its heartbeat claims it
+    ("b", 7, _LIVE, 0, 7),
+    ("a", 6, _LIVE, 0, None),     # a killed leader's last claim: the lease moved on
+    ("a", 7, _LIVE, 0, None),     # even claiming the current epoch: the holder decides
+    ("b", 7, _LIVE, 10, None),    # expired: nobody leads until a standby takes it
+    ("b", 7, Lease("loop", None, 7, T0, T0), 0, None),  # released
+    ("b", 7, None, 0, None),      # never taken
+    (None, 7, _LIVE, 0, 7),       # a row from before migration 0008: its epoch decides
+    (None, 6, _LIVE, 0, None),
+    (None, None, _LIVE, 0, None),  # a worker
+])
+def test_the_lease_row_says_who_leads(
+    holder: str | None, claimed: int | None, lease: Lease | None, at: int, leads: int | None
+) -> None:
+    assert lead_epoch(holder, claimed, lease, T0 + dt.timedelta(seconds=at)) == leads
+
+
+async def test_a_killed_leaders_last_claim_is_not_listed_beside_its_successor(store: Store) -> None:
+    """The lease moves from a to b; a was killed and its row still claims epoch 1."""
+    a = await store.acquire_lease("loop", "holder-a", now=T0, ttl=5)
+    assert a is not None
+    for pid, holder, epoch in (("a", "holder-a", 1), ("b", "holder-b", None)):
+        await store.heartbeat(pid, role="scheduler", host=pid, port=8000, leads=epoch is not None,
+                              epoch=epoch, now=T0, started_at=T0, holder=holder)
+
+    async def leads(at: dt.datetime) -> dict[str, int | None]:
+        return {p.id: p.epoch for p in await store.live_processes(T0, lease="loop", now=at)
+                if p.leads}
+
+    assert await leads(T0) == {"a": 1}
+    assert await leads(T0 + dt.timedelta(seconds=6)) == {}  # expired, not yet taken
+    b = await store.acquire_lease("loop", "holder-b", now=T0 + dt.timedelta(seconds=6), ttl=5)
+    assert b is not None and b.epoch == 2
+    assert await leads(T0 + dt.timedelta(seconds=6)) == {"b": 2}
 
 
 @pytest.mark.parametrize(

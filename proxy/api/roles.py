@@ -81,8 +81,10 @@ def make_role_app(settings: Settings, role: Role) -> FastAPI:
             await prober.__aenter__()
         try:
             await service.start()
+            leader = service.leader  # set by start(); --role api has one too, never elected
             heartbeat = Heartbeat(service.store, role=role, host=advertised_host(settings.host),
                                   port=settings.port, every=settings.heartbeat_seconds,
+                                  holder=leader.holder if leader is not None else None,
                                   leads=leads)
             heartbeat.start()
             try:

@@ -1,9 +1,11 @@
 """``/api/v1/cluster``: the live processes of a scaled-out deployment (issue 21).
 
 One row per ``proxy serve`` process whose heartbeat is recent (within three
-``PROXY_HEARTBEAT_SECONDS``): its role, where it listens, whether it runs the
-chronon loop (and the lease epoch it holds), when it started and last beat.
-Any API key may read it: it says nothing about users.
+``PROXY_HEARTBEAT_SECONDS``): its role, where it listens, whether it holds the
+``chronon-loop`` lease (and at which epoch), when it started and last beat.
+``leads`` comes from the lease row, not from the process's own heartbeat, so at
+most one process leads: the live lease's holder. Any API key may read it: it
+says nothing about users.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from proxy.api.deps import Service, UserId
+from proxy.service.leader import LOOP_LEASE
 from proxy.store import ClusterProcess
 
 router = APIRouter(prefix="/api/v1/cluster", tags=["cluster"])
@@ -40,5 +43,7 @@ class ProcessOut(BaseModel):
 @router.get("", response_model=list[ProcessOut])
 async def list_processes(service: Service, _user: UserId) -> list[ProcessOut]:
     """Processes seen within the last three heartbeats, by role then id."""
-    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=3 * service.settings.heartbeat_seconds)
-    return [ProcessOut.of(p) for p in await service.store.live_processes(since)]
+    now = service.clock.now()  # the injected wall clock, the one leases are stamped with
+    since = now - dt.timedelta(seconds=3 * service.settings.heartbeat_seconds)
+    processes = await service.store.live_processes(since, lease=LOOP_LEASE, now=now)
+    return [ProcessOut.of(p) for p in processes]

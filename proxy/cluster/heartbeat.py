@@ -2,7 +2,9 @@
 
 ``GET /api/v1/cluster`` lists the rows refreshed within three heartbeats. A
 process that stops deletes its row; one killed simply stops refreshing it (and
-rows silent for an hour are swept by whoever beats next).
+rows silent for an hour are swept by whoever beats next). The row names the
+process's lease holder id, and the listing asks the lease who leads: a killed
+leader's row stops being listed as leading the moment the lease moves.
 
 What it does not do: elect anyone (the lease does) or judge health beyond
 "this process still runs and reaches the database".
@@ -37,10 +39,13 @@ def advertised_host(bind: str) -> str:
 
 
 class Heartbeat:
-    """Upserts this process's row until stopped. ``leads()`` gives the lease epoch while
-    this process runs the chronon loop, ``None`` otherwise."""
+    """Upserts this process's row until stopped. ``holder`` is the name it campaigns under
+    in the lease table (``None``: it never does); ``leads()`` gives the lease epoch while
+    this process runs the chronon loop, ``None`` otherwise (a claim stored for readers
+    older than migration 0008: the listing now asks the lease)."""
 
     def __init__(self, store: Store, *, role: str, host: str, port: int, every: float,
+                 holder: str | None = None,
                  leads: Callable[[], int | None] = lambda: None,
                  wall: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -49,6 +54,7 @@ class Heartbeat:
         self.port = port
         self.every = every
         self.id = f"{role}@{host}:{port}/{os.getpid()}"
+        self.holder = holder
         self._leads = leads
         self._wall = wall
         self._started = dt.datetime.fromtimestamp(wall(), dt.UTC)
@@ -65,7 +71,7 @@ class Heartbeat:
         try:
             await self.store.heartbeat(self.id, role=self.role, host=self.host, port=self.port,
                                        leads=epoch is not None, epoch=epoch, now=now,
-                                       started_at=self._started)
+                                       started_at=self._started, holder=self.holder)
             if self.beats % 100 == 0:
                 await self.store.forget_process(self.id, older_than=now - _SWEEP_AFTER)
         except StorageError as exc:

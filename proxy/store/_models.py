@@ -467,7 +467,11 @@ class ClusterProcessRow(Base):
     role: Mapped[str] = mapped_column(String(16))
     host: Mapped[str] = mapped_column(String(255))
     port: Mapped[int] = mapped_column(Integer)
+    #: What the process claims (still written for readers older than migration 0008, which
+    #: trust it); the listing now asks the lease row instead (``holder``).
     leads: Mapped[bool] = mapped_column(Boolean, server_default=false())
     epoch: Mapped[int | None] = mapped_column(BigInteger)
+    #: This process's holder id for ``leases`` (``None``: a worker, which never campaigns).
+    holder: Mapped[str | None] = mapped_column(String(200))
     started_at: Mapped[dt.datetime]
     heartbeat_at: Mapped[dt.datetime]
