@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from proxy.farm import FeedFarm
+from tests.proc_support import kill
 from tests.receiver import Receiver
 from tests.test_e2e_delivery import rank_one
 from tests.test_e2e_sigkill import _cli, _env, _ready, _serve
@@ -63,9 +64,8 @@ async def test_sigkill_between_commit_and_acknowledgement_still_delivers(tmp_pat
                 return rx.requests
 
             first = (await eventually(on_the_wire, within=20, what="a webhook on the wire"))[0]
-            proc.kill()  # SIGKILL: no shutdown code runs
-            await proc.wait()
-            assert proc.returncode == -signal.SIGKILL
+            code = await kill(proc)  # SIGKILL: no shutdown code runs
+            assert code == -signal.SIGKILL
         before = _rows(db)
         assert before[first.msg_id] == "pending"  # committed, sent, never acknowledged
         assert first.msg_id not in rx.acknowledged()

@@ -26,6 +26,7 @@ from proxy.farm import FeedFarm
 from proxy.ports import free_port
 from proxy.service.leader import LOOP_LEASE
 from proxy.store import Store
+from tests.proc_support import kill, signal_process
 from tests.test_e2e_sigkill import _cli, _env, _serve
 from tests.test_e2e_support import eventually, parse_metrics
 
@@ -131,10 +132,10 @@ async def run_two_serves(url: str, tmp_path: Path) -> float:
             before = (await a.get("/readyz")).json()["chronon"]
             assert await _max_probe_chronon(url) >= 0, "a probed nothing"
 
-            proc_a.kill()  # SIGKILL: the lease is never released
+            signal_process(proc_a, signal.SIGKILL)  # the lease is never released
             killed = time.monotonic()
-            await proc_a.wait()
-            assert proc_a.returncode == -signal.SIGKILL
+            code = await kill(proc_a)
+            assert code == -signal.SIGKILL
             ready = await _status(b, "ready", within=TTL + CHRONON + 10)
             took = time.monotonic() - killed
             assert ready["epoch"] == 2 and ready["chronon"] > before

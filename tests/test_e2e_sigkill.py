@@ -22,6 +22,7 @@ import pytest
 
 from proxy.farm import FeedFarm
 from proxy.ports import free_port
+from tests.proc_support import kill, stop
 from tests.test_e2e_support import eventually, motivating
 
 pytestmark = pytest.mark.slow
@@ -70,13 +71,7 @@ async def _serve(env: dict[str, str], port: int, log: Path) -> AsyncIterator[asy
     try:
         yield proc
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc, signal.SIGTERM, grace=15)  # it may be gone already (killed, a fault)
 
 
 async def _ready(client: httpx.AsyncClient) -> dict[str, Any]:
@@ -132,9 +127,8 @@ async def test_sigkill_loses_nothing_and_the_run_goes_on(tmp_path: Path) -> None
             before_feeds = {f["id"]: f for f in (await api.get("/api/v1/feeds")).json()["items"]}
             before_entries = (await api.get(f"/api/v1/profiles/{pid}/entries")).json()["items"]
             before_chronon = (await api.get("/readyz")).json()["chronon"]
-            proc.kill()  # SIGKILL: no shutdown code runs
-            await proc.wait()
-            assert proc.returncode == -signal.SIGKILL
+            code = await kill(proc)  # SIGKILL: no shutdown code runs
+            assert code == -signal.SIGKILL
         farm.clear_fault("cnn")
         killed_at = time.monotonic()
 

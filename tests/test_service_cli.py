@@ -49,6 +49,7 @@ async def test_serve_root_path_puts_the_prefix_in_the_web_interfaces_links(tmp_p
 
     import httpx
 
+    from tests.proc_support import stop
     from tests.test_e2e_sigkill import _env
     from tests.test_e2e_support import eventually
 
@@ -74,8 +75,7 @@ async def test_serve_root_path_puts_the_prefix_in_the_web_interfaces_links(tmp_p
             assert "path=/proxy/ui" in page.headers["set-cookie"].lower()
             assert (await client.get("/ui/static/ui.js")).status_code == 200
     finally:
-        proc.terminate()
-        await proc.wait()
+        await stop(proc)  # SIGTERM; it may have exited already (it failed to start)
 def test_serve_on_a_taken_port_says_so_in_one_line_before_touching_the_database(tmp_path: Path) -> None:
     db = tmp_path / "proxy.sqlite3"
     with socket.socket() as taken:
