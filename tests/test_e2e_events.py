@@ -104,10 +104,14 @@ async def test_sse_resumes_after_a_disconnect_missing_nothing_repeating_nothing(
         for e in first:
             assert e["event"] == "captured" == e["data"]["type"]
             assert e["data"]["event_id"] == e["id"] and e["data"]["profile"]["id"] == pid
-        await asyncio.sleep(1.5)  # events are stored while nobody listens
         uid = await px.service.store.authenticate(px.key)
         assert uid is not None
-        stored_meanwhile = [e.id for e in await px.service.store.events_after(uid, ids[-1])]
+
+        async def meanwhile() -> list[int]:  # events are stored while nobody listens
+            return [e.id for e in await px.service.store.events_after(uid, ids[-1])]
+
+        # Until one is (a fixed 1.5 s could pass with none on a loaded machine).
+        stored_meanwhile = await eventually(meanwhile, within=30, what="an event while disconnected")
         assert stored_meanwhile, "no event while disconnected: the test shows nothing"
         second, _ = await read_events(base, px.key, count=len(stored_meanwhile) + 1,
                                       headers={"Last-Event-ID": str(ids[-1])})
