@@ -12,6 +12,7 @@ on a child goes through here:
 ``wait_exit(proc, within)``    its return code, or ``None`` if still running at the deadline.
 ``kill(proc)``                 SIGKILL (if still running) and wait, with a deadline.
 ``stop(proc, sig, grace)``     ``sig`` (SIGTERM), ``grace`` seconds to exit, then :func:`kill`.
+``communicate(proc, within)``  ``proc.communicate()`` with a deadline; past it, kill and fail.
 ``signal_group(pgid, sig)``    ``os.killpg`` tolerating a group that is already gone.
 ``kill_group(proc)``           SIGKILL a ``start_new_session`` child's whole group and reap it.
 ``poll_until(check, within)``  a synchronous poll with a deadline (for ``subprocess`` tests).
@@ -76,6 +77,15 @@ async def stop(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM, *,
     signal_process(proc, sig)
     code = await wait_exit(proc, grace)
     return await kill(proc) if code is None else code
+
+
+async def communicate(proc: asyncio.subprocess.Process, within: float = 120.0) -> tuple[bytes, bytes]:
+    """``proc.communicate()``; past ``within`` s, :func:`kill` it and fail (not hang the suite)."""
+    try:
+        return await asyncio.wait_for(proc.communicate(), within)
+    except TimeoutError:
+        await kill(proc)
+        raise AssertionError(f"pid {proc.pid} did not finish within {within} s") from None
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -6,13 +6,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from proxy.farm import FarmProcess, FarmProcessError, load_publications
+from tests.proc_support import poll_until, signal_process
 
 
 def test_subprocess_farm_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -62,17 +62,14 @@ def test_sigint_also_stops_it_and_a_poisson_rate_publishes() -> None:
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline())
         assert first["event"] == "listening" and first["port"] > 0
-        with httpx.Client(timeout=10.0) as c:
-            for _ in range(100):
-                if c.get(f"{first['url']}/_farm/stats").json()["publications"] >= 10:
-                    break
-                time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
+        with httpx.Client(timeout=10.0) as c:  # a deadline, not a count of tries: shared machine
+            poll_until(lambda: c.get(f"{first['url']}/_farm/stats").json()["publications"] >= 10,
+                       within=30)
+        signal_process(proc, signal.SIGINT)
         out, _ = proc.communicate(timeout=15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        if signal_process(proc, signal.SIGKILL):  # only when it did not stop
+            proc.communicate(timeout=30)
     assert proc.returncode == 0
     last = json.loads(out.strip().splitlines()[-1])
     assert last["event"] == "stopped" and last["publications"] >= 10
@@ -100,10 +97,7 @@ def test_subprocess_plays_a_csv_trace_and_logs_it(tmp_path: Path) -> None:
     with FarmProcess(args) as farm:
         assert farm.info["feeds"] == 2
         with httpx.Client(base_url=farm.url, timeout=10.0) as c:
-            for _ in range(200):
-                if c.get("/_farm/stats").json()["publications"] >= 3:
-                    break
-                time.sleep(0.01)
+            poll_until(lambda: c.get("/_farm/stats").json()["publications"] >= 3, within=30)
             body = c.get("/feeds/alpha.xml").text
         assert farm.stop() == 0
     assert body.count("<item>") == 2
@@ -135,10 +129,7 @@ def test_sigterm_is_not_held_up_by_hanging_requests() -> None:
         for t in threads:
             t.start()
         with httpx.Client(timeout=10.0) as c:  # wait until both requests have arrived
-            for _ in range(500):
-                if c.get(f"{farm.url}/_farm/stats").json()["requests"] == 2:
-                    break
-                time.sleep(0.01)
+            poll_until(lambda: c.get(f"{farm.url}/_farm/stats").json()["requests"] == 2, within=30)
         assert farm.stop(wait=20.0) == 0
         for t in threads:
             t.join(timeout=30)

@@ -34,6 +34,8 @@ from proxy.feeds import (
     TooLarge,
 )
 from proxy.feeds.pool import ProbePool, decode_result, encode_result
+from tests.proc_support import kill
+from tests.test_e2e_support import eventually
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LOCAL = FetcherSettings(allow_private_networks=True, per_host_concurrency=8, per_host_min_delay=0,
@@ -129,12 +131,22 @@ async def test_one_host_always_goes_to_one_worker(farm: FeedFarm, pool: ProbePoo
     assert all(len(workers) == 1 for workers in by_host.values())
 
 
+async def _in_the_worker(farm: FeedFarm, feed_id: str) -> None:
+    """Until the probe of ``feed_id`` reached the farm (a fixed 0.3 s was too short on a
+    loaded machine: the kill or cancel then hit a probe not yet sent)."""
+
+    async def arrived() -> bool:
+        return farm.stats(feed_id).requests >= 1
+
+    await eventually(arrived, within=30, what=f"the probe of feed {feed_id} at the farm")
+
+
 async def test_a_worker_that_dies_fails_its_probes_and_is_replaced(farm: FeedFarm) -> None:
     farm.set_fault("7", "timeout", seconds=30)
     async with ProbePool(LOCAL, processes=1) as pool:
         [pid] = pool.worker_pids()
         hanging = asyncio.ensure_future(pool.probe(FeedState(farm.url("7")), MemoryKnownEntries(), now=NOW))
-        await asyncio.sleep(0.3)
+        await _in_the_worker(farm, "7")
         os.kill(pid, signal.SIGKILL)
         result = await asyncio.wait_for(hanging, 10)
         assert isinstance(result, NetworkError)
@@ -164,7 +176,7 @@ async def test_a_replacement_that_dies_too_is_replaced_again(farm: FeedFarm) -> 
 async def test_cancelling_a_probe_cancels_it_in_the_worker(farm: FeedFarm, pool: ProbePool) -> None:
     farm.set_fault("9", "timeout", seconds=30)
     task = asyncio.ensure_future(pool.probe(FeedState(farm.url("9")), MemoryKnownEntries(), now=NOW))
-    await asyncio.sleep(0.3)
+    await _in_the_worker(farm, "9")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -257,8 +269,7 @@ async def test_workers_ignore_sigint_and_exit_when_their_parent_is_killed(tmp_pa
         os.kill(pid, signal.SIGINT)
     await asyncio.sleep(0.5)
     assert all(_alive(p) for p in pids)
-    proc.kill()
-    await proc.wait()
+    await kill(proc)
     for _ in range(100):
         if not any(_alive(p) for p in pids):
             break

@@ -21,6 +21,7 @@ import pytest
 
 from proxy.ports import free_port
 from proxy.service.logs import _DemoteChatter
+from tests.proc_support import poll_until, signal_process
 
 PROXY = Path(sys.executable).with_name("proxy")
 
@@ -36,24 +37,36 @@ def test_every_line_of_a_real_serve_run_is_json(tmp_path: Path) -> None:
         "PROXY_LOG_LEVEL": "DEBUG",
         "PROXY_CHRONON_SECONDS": "0.2",
     }
-    proc = subprocess.Popen([str(PROXY), "serve", "--port", str(port)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Files, not pipes: nobody reads a pipe while it runs, and DEBUG fills one (64 KiB) fast.
+    stdout, stderr = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    with stdout.open("w") as out_sink, stderr.open("w") as err_sink:
+        proc = subprocess.Popen([str(PROXY), "serve", "--port", str(port)], env=env, cwd=tmp_path,
+                                stdout=out_sink, stderr=err_sink, text=True)
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def scheduler_logged() -> bool:  # its jobs run on the chronons after the start
+        return '"logger": "apscheduler' in stdout.read_text() + stderr.read_text()
+
     try:
-        deadline = time.monotonic() + 60  # generous: the machine is shared
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
+        if not poll_until(ready, within=60, every=0.2):  # generous: the machine is shared
             pytest.fail("proxy serve did not become ready")
         assert httpx.get(f"http://127.0.0.1:{port}/api/v1/feeds", timeout=5).status_code == 401
         time.sleep(1.0)  # a few chronons
+        poll_until(scheduler_logged, within=30, every=0.2)  # more on a loaded machine
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        signal_process(proc, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+            raise
+    out, err = stdout.read_text(), stderr.read_text()
     assert proc.returncode == 0, err[-2000:]
     lines = [line for line in (out + err).splitlines() if line.strip()]
     records = []

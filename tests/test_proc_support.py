@@ -9,7 +9,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.proc_support import (
+    communicate,
     kill,
     kill_group,
     poll_until,
@@ -53,6 +56,16 @@ async def test_stop_signals_then_kills_a_child_that_ignores_it() -> None:
     assert stubborn.stdout is not None
     await asyncio.wait_for(stubborn.stdout.readline(), 30)  # its handler is in place
     assert await stop(stubborn, signal.SIGTERM, grace=0.3) == -signal.SIGKILL
+
+
+async def test_communicate_has_a_deadline_and_leaves_nothing_running() -> None:
+    proc = await _child(SLEEP, stdout=asyncio.subprocess.PIPE)
+    with pytest.raises(AssertionError, match=r"did not finish within 0\.2 s"):
+        await communicate(proc, 0.2)
+    assert proc.returncode == -signal.SIGKILL
+    done = await _child("print('hi')", stdout=asyncio.subprocess.PIPE)
+    out, _ = await communicate(done, 30)
+    assert out == b"hi\n" and done.returncode == 0
 
 
 def test_a_group_is_killed_whole_and_a_gone_group_is_no_error() -> None:
