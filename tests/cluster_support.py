@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from proxy.ports import free_port
+from tests.proc_support import kill, stop
 
 NATS_SERVER = shutil.which("nats-server") or next(
     (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if os.path.exists(p)), None)
@@ -53,27 +55,25 @@ class NatsServer:
             NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd",
             str(self.store_dir), stdout=log, stderr=log)
         log.close()
-        for _ in range(200):
+        deadline = time.monotonic() + 30  # a deadline, not a count of tries: the machine is shared
+        while time.monotonic() < deadline:
             if _listening(self.port):
                 return
+            if self.proc.returncode is not None:
+                break
             await asyncio.sleep(0.05)
-        raise RuntimeError(f"nats-server did not listen on {self.port}")
+        raise RuntimeError(f"nats-server did not listen on {self.port} (exit code "
+                           f"{self.proc.returncode}; see {self.store_dir / 'nats.log'})")
 
     async def kill(self) -> None:
         """SIGKILL, as a crash: JetStream recovers its file store at the next start."""
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
+        if self.proc is not None:
+            await kill(self.proc)
         self.proc = None
 
     async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), 10)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
+        if self.proc is not None:
+            await stop(self.proc, signal.SIGTERM, grace=10)
         self.proc = None
 
     async def restart(self, *, wipe: bool = False) -> None:
@@ -140,10 +140,4 @@ async def serve_role(role: str, env: dict[str, str], port: int,
     try:
         yield proc
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc, signal.SIGTERM, grace=15)  # a test may have killed it already

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from proxy.ports import free_port
+from tests.proc_support import communicate, stop
 from tests.test_e2e_support import eventually
 
 pytestmark = pytest.mark.slow
@@ -52,7 +53,7 @@ async def _run(
     proc = await asyncio.create_subprocess_exec(
         *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=cwd,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), limit)
+    out, _ = await communicate(proc, limit)  # killed, not left running, past the limit
     assert proc.returncode is not None
     return proc.returncode, out.decode(errors="replace")
 
@@ -76,13 +77,7 @@ async def _serve(env: dict[str, str], port: int, log: Path) -> AsyncIterator[str
             await eventually(ready, within=60, what="the service ready")
         yield base
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc, signal.SIGTERM, grace=30)  # it may have exited already (a failed start)
 
 
 async def _fuzz(database_url: str, tmp_path: Path) -> None:

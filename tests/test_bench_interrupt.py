@@ -8,14 +8,14 @@ during its second run (issue 23, item 9).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.proc_support import kill_group, poll_until, signal_group
 
 pytestmark = pytest.mark.slow
 
@@ -38,12 +38,11 @@ def test_bench_live_first_ctrl_c_keeps_finished_runs_and_leaves_no_service(tmp_p
                 break
         else:
             pytest.fail(f"no chronon line of the second run; stderr: {''.join(seen)[-2000:]}")
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        signal_group(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
         stdout, rest = proc.communicate(timeout=120)  # a hang guard, not a speed claim
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # only on a failure: otherwise the group's end is checked below
+            kill_group(proc)
     err = "".join(seen) + rest
     assert proc.returncode == 130, err[-2000:]
     # Not a terminal: lines per step, numbered against the runs.
@@ -57,13 +56,7 @@ def test_bench_live_first_ctrl_c_keeps_finished_runs_and_leaves_no_service(tmp_p
     assert "poisson-mrsf-p-C1: live " in stdout and "poisson-mrsf-p-C2: live " not in stdout
     assert "Traceback" not in err
     # No process of the group (the `proxy serve` child) is left running.
-    deadline = time.monotonic() + 30  # a hang guard: init reaps the orphans it inherits
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
+    # A hang guard: init reaps the orphans it inherits.
+    if not poll_until(lambda: not signal_group(proc.pid, 0), within=30, every=0.1):
+        signal_group(proc.pid, signal.SIGKILL)
         pytest.fail("a process of the interrupted benchmark was still running")

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import signal
 from pathlib import Path
 
 import httpx
@@ -65,6 +64,7 @@ from tests.cluster_support import (
     serve_role,
 )
 from tests.fault_proxy import FaultProxy
+from tests.proc_support import kill, stop
 from tests.test_e2e_support import eventually, parse_metrics
 
 __all__ = ["nats_server"]  # the fixture, imported for pytest
@@ -178,8 +178,7 @@ async def test_a_worker_killed_mid_probe_leaves_its_job_to_another_and_it_counts
                 return farm.stats("slow").requests >= 1
 
             await eventually(a_is_probing, within=30, what="worker A probing the slow feed")
-            worker_a.send_signal(signal.SIGKILL)  # mid-probe: the job is never acknowledged
-            await worker_a.wait()
+            await kill(worker_a)  # mid-probe: the job is never acknowledged
         farm.clear_fault("slow")
         async with serve_role("worker", env, port_b, tmp_path / "b.log"):
             await _worker_ready(port_b)
@@ -396,8 +395,7 @@ async def test_a_broker_without_jetstream_is_named_not_waited_on_in_silence(tmp_
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     finally:
-        server.terminate()
-        await server.wait()
+        await stop(server)  # SIGTERM, unless it has exited already
 
 
 async def test_a_broker_connection_gone_silent_is_given_up_and_made_again(

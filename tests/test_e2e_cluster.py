@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.cluster_support import NatsServer, free_port, nats_server, role_env, serve_role
+from tests.proc_support import kill, signal_process
 from tests.test_e2e_lease import _max_probe_chronon, _probe_counts, _profile, _readyz, _status
 from tests.test_e2e_sigkill import _cli
 from tests.test_e2e_support import eventually, parse_metrics
@@ -113,8 +114,7 @@ async def test_schedulers_workers_and_api_replicas_survive_their_losses(
                                 headers={"X-Ping-Token": feeds[0]["ping_token"]})
             assert r.status_code == 202, r.text
 
-            proc_api1.send_signal(signal.SIGKILL)
-            await proc_api1.wait()
+            await kill(proc_api1)
             r = await api2.get("/api/v1/feeds")
             assert r.status_code == 200 and len(r.json()) == len(FEEDS)
 
@@ -125,9 +125,9 @@ async def test_schedulers_workers_and_api_replicas_survive_their_losses(
             await eventually(api1_gone, within=30, what="the killed replica leaving the list")
 
             before = (await sa.get("/readyz")).json()["chronon"]
-            proc_sa.send_signal(signal.SIGKILL)
+            signal_process(proc_sa, signal.SIGKILL)
             killed = time.monotonic()
-            await proc_sa.wait()
+            await kill(proc_sa)
             ready = await _status(sb, "ready", within=TTL + 3 * CHRONON + 30)
             took = time.monotonic() - killed
             assert ready["epoch"] > epoch and ready["chronon"] > before

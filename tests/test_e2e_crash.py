@@ -25,7 +25,7 @@ import pytest
 from proxy.farm import FeedFarm
 from proxy.ports import free_port
 from proxy.store import Store
-from tests.proc_support import kill, wait_exit
+from tests.proc_support import communicate, kill, wait_exit
 from tests.test_e2e_sigkill import _cli, _env, _ready, _serve
 from tests.test_e2e_support import eventually
 
@@ -167,7 +167,7 @@ async def _crash_run(tmp_path: Path, url: str, seed: int) -> None:
     proc = await asyncio.create_subprocess_exec(
         *_check_command(), env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
+    out, err = await communicate(proc)
     assert proc.returncode == 0, (out + err).decode()
     assert b"ok: all 5 invariants hold" in out
 

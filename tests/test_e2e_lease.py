@@ -26,7 +26,7 @@ from proxy.farm import FeedFarm
 from proxy.ports import free_port
 from proxy.service.leader import LOOP_LEASE
 from proxy.store import Store
-from tests.proc_support import kill, signal_process
+from tests.proc_support import communicate, kill, signal_process
 from tests.test_e2e_sigkill import _cli, _env, _serve
 from tests.test_e2e_support import eventually, parse_metrics
 
@@ -185,7 +185,7 @@ async def test_standby_exit_makes_the_second_serve_exit_with_a_clear_message(tmp
             sys.executable, "-m", "proxy.cli", "serve", "--port", str(free_port()),
             env=_lease_env(url, PROXY_STANDBY="exit", PROXY_LOG_FORMAT="console"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await asyncio.wait_for(second.communicate(), 30)
+        out, _ = await communicate(second, 30)  # killed, not left running, past it
         output = out.decode()
         assert second.returncode == 3, output  # uvicorn's "startup failed"
         assert "another `proxy serve` runs the chronon loop on this database" in output

@@ -30,6 +30,7 @@ from proxy.ports import free_port
 from proxy.store import Store
 from proxy.store._models import ChrononMetricsRow, ProbeRow
 from tests.fault_proxy import FaultProxy
+from tests.proc_support import communicate, kill, signal_process
 from tests.test_e2e_sigkill import _cli, _env, _ready, _serve
 from tests.test_e2e_support import eventually
 
@@ -149,7 +150,7 @@ async def test_the_loop_outlives_a_database_outage_and_loses_nothing(
             sys.executable, "-m", "proxy.cli", "db", "check",
             "--database-url", fresh_postgres_url, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await check.communicate()
+        out, err = await communicate(check)
         assert check.returncode == 0, (out + err).decode()
 
 
@@ -189,12 +190,12 @@ async def test_sigterm_drains_the_backlog_and_a_second_one_exits_at_once(
                 pg.cut()
                 await eventually(lambda: _backlog_over(api, 10), within=20,
                                  what="a backlog while the database is away")
-            proc.send_signal(signal.SIGTERM)
+            signal_process(proc, signal.SIGTERM)
             await asyncio.sleep(2)
             assert proc.returncode is None  # draining: waits for the database
             if second_signal:
                 sent = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
+                signal_process(proc, signal.SIGTERM)
                 await asyncio.wait_for(proc.wait(), 20)
                 assert time.monotonic() - sent < 15  # not the 60 s drain deadline
                 names = [e.get("event") for e in _events(log)]
@@ -206,9 +207,7 @@ async def test_sigterm_drains_the_backlog_and_a_second_one_exits_at_once(
                 assert "writes_drained" in names and "writer_stopped_with_backlog" not in names
                 assert "service_stopped" in names
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+            await kill(proc)  # a no-op when it stopped by itself
     text = log.read_text(errors="replace")
     drained = re.search(r'"batches": (\d+), "deadline_seconds"', text)
     assert drained is not None and int(drained.group(1)) >= 10, text[-2000:]
@@ -232,13 +231,11 @@ async def test_the_drain_deadline_ends_a_drain_the_database_never_allows(
                 pg.cut()
                 await eventually(lambda: _backlog_over(api, 5), within=20, what="a backlog")
             sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
+            signal_process(proc, signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 30)
             assert time.monotonic() - sent >= 3  # it did try for the whole deadline
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+            await kill(proc)  # a no-op when it stopped by itself
     names = [e.get("event") for e in _events(log)]
     assert "writer_stopped_with_backlog" in names
 

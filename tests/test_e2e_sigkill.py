@@ -22,7 +22,7 @@ import pytest
 
 from proxy.farm import FeedFarm
 from proxy.ports import free_port
-from tests.proc_support import kill, stop
+from tests.proc_support import communicate, kill, stop
 from tests.test_e2e_support import eventually, motivating
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ async def _cli(env: dict[str, str], *args: str) -> str:
         sys.executable, "-m", "proxy.cli", *args, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await proc.communicate()
+    out, err = await communicate(proc)
     assert proc.returncode == 0, err.decode()
     return out.decode()
 

@@ -11,7 +11,6 @@ group is killed afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from proxy.ports import free_port
+from tests.proc_support import signal_group
 
 pytestmark = pytest.mark.slow
 
@@ -62,15 +62,14 @@ def test_the_readme_walkthrough_runs_offline_and_the_rule_fires(tmp_path: Path) 
     try:
         out, err = proc.communicate(timeout=240)  # generous: the machine is shared
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        signal_group(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
         log = (tmp_path / "proxy.log").read_text() if (tmp_path / "proxy.log").exists() else ""
         pytest.fail(f"the walk-through did not finish\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}\n"
                     f"proxy.log: {log[-3000:]}")
     finally:
         # Only this test's own process group: the background farm and proxy if still alive.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
     assert proc.returncode == 0, f"stdout: {out[-2000:]}\nstderr: {err[-2000:]}"
     assert "Traceback" not in out + err
     # The captured CEIs the walk-through lists include the rule's firing on the oil post...

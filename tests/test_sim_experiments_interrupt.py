@@ -8,13 +8,14 @@ is being solved, after Figure 6 was written.
 from __future__ import annotations
 
 import csv
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.proc_support import kill_group, signal_group
 
 pytestmark = pytest.mark.slow
 
@@ -37,12 +38,11 @@ def test_first_ctrl_c_stops_and_keeps_what_is_done(tmp_path: Path) -> None:
                 break
         else:
             pytest.fail(f"no fig7 run line; stderr: {''.join(seen)[-2000:]}")
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        signal_group(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
         rest_out, rest_err = proc.communicate(timeout=120)  # a hang guard, not a speed claim
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_group(proc)
     err = "".join(seen) + rest_err
     assert proc.returncode == 130, err[-2000:]
     # Not a terminal: a line per finished run, numbered against the total.

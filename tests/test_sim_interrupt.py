@@ -9,14 +9,14 @@ it does not finish within the generous time limit given (issue 23, item 9).
 from __future__ import annotations
 
 import csv
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.proc_support import kill_group, poll_until, signal_group
 
 pytestmark = pytest.mark.slow
 
@@ -37,27 +37,21 @@ def _interrupt_after(args: list[str], marker: str, cwd: Path) -> tuple[subproces
                 break
         else:
             pytest.fail(f"no {marker!r} line; stderr: {''.join(seen)[-2000:]}")
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        signal_group(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
         out, rest = proc.communicate(timeout=120)  # a hang guard, not a speed claim
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # only on a failure: otherwise the group's end is checked below
+            kill_group(proc)
     _assert_group_gone(proc.pid)
     return proc, out, "".join(seen) + rest
 
 
 def _assert_group_gone(pgid: int) -> None:
     """No process of the command's group (the solver's worker) is left running."""
-    deadline = time.monotonic() + 30  # a hang guard: init reaps the orphans it inherits
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
-    pytest.fail("a process of the interrupted command was still running")
+    # A hang guard: init reaps the orphans it inherits.
+    if not poll_until(lambda: not signal_group(pgid, 0), within=30, every=0.1):
+        signal_group(pgid, signal.SIGKILL)
+        pytest.fail("a process of the interrupted command was still running")
 
 
 def test_sweep_first_ctrl_c_keeps_finished_runs(tmp_path: Path) -> None:
