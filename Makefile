@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest demo clean
+.PHONY: run test lint typecheck pytest demo clean secrets
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,3 +32,14 @@ test: lint typecheck pytest
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The compose deployment's file secret (docker-compose.yml): a random metrics token that
+# the proxy and Prometheus both read. Kept if it exists; 0644 inside a 0700 folder, so the
+# containers' users (fmp, nobody) can read it and nobody else on this machine can.
+secrets: secrets/metrics_token
+
+secrets/metrics_token:
+	@mkdir -p -m 700 secrets
+	@$(PYTHON) -c 'import secrets; print(secrets.token_hex(24))' > $@.tmp
+	@chmod 644 $@.tmp && mv $@.tmp $@
+	@echo "made $@"
