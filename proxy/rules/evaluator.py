@@ -1011,6 +1011,10 @@ class TriggerEvaluator:
         """CEIs this evaluator may still grow or seal, sorted (the same before and after a restore)."""
         return sorted(self._open_index)
 
+    def holds_open(self, cei_id: str) -> bool:
+        """Whether this evaluator may still grow or seal ``cei_id`` (one of :meth:`open_cei_ids`)."""
+        return cei_id in self._open_index
+
     # ------------------------------------------------------------------ internals
 
     def _before_rule(self, rule_id: str, t: int) -> bool:

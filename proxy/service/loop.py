@@ -248,6 +248,7 @@ class ChrononLoop:
         steps += rt.apply(rt.evaluator.on_tick(t))
         steps += rt.drain_all()
         steps += rt.rule_states()
+        rt.forget_resolved(t)  # the engine's verdicts of CEIs nothing names any more: bounded memory
         exclude = rt.feeds.blocked(rt.engine.resources, now) | self._busy
         budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []

@@ -13,7 +13,9 @@ What it does not do: I/O of any kind (the loop fetches, the writer stores).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections import deque
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +40,11 @@ log = structlog.get_logger("proxy.service")
 
 #: Chronons of successful probes the engine keeps for EIs revealed late (at least the longest EI).
 ENGINE_HISTORY = 64
+
+#: Chronons a resolved CEI's verdict stays in the engine (``Engine.state``) once the evaluator no
+#: longer holds it open, before :meth:`Runtime.forget_resolved` drops it: long enough for a reader
+#: that looks right after a resolution or a restore (tests, diagnostics); nothing decides by it.
+RESOLVED_KEPT_CHRONONS = ENGINE_HISTORY
 
 
 def rule_key(rule_id: int) -> str:
@@ -116,6 +123,8 @@ class Runtime:
     # times in POSIX seconds): what background probes spend the spare budget by, and how long
     # an overwrite query EI lives.
     models: FeedUpdateModels = field(default_factory=FeedUpdateModels)
+    #: CEIs the engine resolved and still remembers, oldest first: (chronon, CEI id).
+    resolved: deque[tuple[int, str]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.evaluator = TriggerEvaluator(self.clock, update_models=self.models)  # overwrite lives read the models
@@ -213,10 +222,12 @@ class Runtime:
                     target.append(Captured(ev.cei_id, ev.ordinal, ev.chronon))
                 elif isinstance(ev, CeiCaptured):
                     self.tally.captured += 1
+                    self.resolved.append((self.engine.now, ev.cei_id))
                     target.append(Resolved(ev.cei_id, "captured", ev.chronon))
                     log.info("cei_captured", cei=ev.cei_id, chronon=ev.chronon)
                 else:
                     self.tally.missed += 1
+                    self.resolved.append((self.engine.now, ev.cei_id))
                     target.append(Resolved(ev.cei_id, "missed", ev.chronon))
                     log.info("cei_missed", cei=ev.cei_id, chronon=ev.chronon)
                     missed_ops.extend(self.evaluator.on_trigger_missed(ev.cei_id))
@@ -228,6 +239,31 @@ class Runtime:
     def drain_all(self) -> list[Step]:
         direct, follow = self.drain()
         return [*direct, *follow]
+
+    def forget_resolved(self, t: int) -> int:
+        """Make the engine forget the CEIs resolved at least :data:`RESOLVED_KEPT_CHRONONS` before
+        ``t`` that the evaluator no longer holds open; returns how many it forgot.
+
+        The engine remembers every resolved CEI's verdict until it is told to forget it
+        (:meth:`Engine.forget`): one dict entry per CEI ever resolved, a heap growing with every
+        chronon for as long as the service runs (the soak, docs/operations.md). The store keeps
+        the verdicts; the engine needs one only while the evaluator may still name the CEI in an
+        op (a captured trigger CEI stays open in its rule until its sweep, and its late seal must
+        be a no-op, not a refused op). Such a CEI is looked at again ``RESOLVED_KEPT_CHRONONS``
+        later. Called once a chronon; amortised O(1) per resolved CEI.
+        """
+        queue, engine, evaluator = self.resolved, self.engine, self.evaluator
+        horizon = t - RESOLVED_KEPT_CHRONONS
+        forgotten = 0
+        while queue and queue[0][0] <= horizon:
+            _, cei_id = queue.popleft()
+            if evaluator.holds_open(cei_id):
+                queue.append((t, cei_id))  # after `horizon`: not looked at again in this call
+                continue
+            with contextlib.suppress(KeyError):  # an engine replaced by a restore never knew it
+                engine.forget(cei_id)
+                forgotten += 1
+        return forgotten
 
     # ------------------------------------------------------------------ restart
 
