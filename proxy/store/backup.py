@@ -83,7 +83,10 @@ class BackupError(StorageError):
 
 @dataclass(frozen=True, slots=True)
 class BackupSummary:
-    """What a backup file holds (or a restore put in place): backend, revision, rows per table."""
+    """What a backup file holds (or a restore put in place): backend, revision, rows per table.
+
+    A PostgreSQL backup's rows are counted just before ``pg_dump`` takes its snapshot.
+    """
 
     file: Path
     backend: Backend
@@ -175,7 +178,30 @@ def _open_backup_file(file: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
 
 
+def _whole(file: Path) -> None:
+    """Refuse a SQLite file shorter or longer than its header says (a copy cut short).
+
+    sqlite.org/fileformat2.html §1.3: bytes 16-17 are the page size (1 for 65536),
+    28-31 the page count, valid when 92-95 equal the change counter at 24-27.
+    SQLite itself reads a missing last page as zeros rather than failing.
+    """
+    with file.open("rb") as f:
+        header = f.read(100)
+    size = file.stat().st_size
+    if len(header) < 100:
+        raise BackupError(f"{file} is not a readable SQLite backup: {size} bytes, shorter "
+                          "than SQLite's header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages and header[92:96] == header[24:28] and size != pages * page_size:
+        raise BackupError(f"{file} is not a readable SQLite backup: its header says "
+                          f"{pages} pages of {page_size} bytes, the file has {size} bytes "
+                          "(a copy cut short?)")
+
+
 def _inspect_sqlite_backup(file: Path) -> tuple[str | None, dict[str, int]]:
+    _whole(file)
     try:
         conn = _open_backup_file(file)
         try:
@@ -329,20 +355,26 @@ def _pg_restore(file: Path, url: str, drop: list[str]) -> None:
                                 stdout=subprocess.DEVNULL, stderr=psql_err)
         reader = subprocess.Popen(restore_args, env=env, stdout=subprocess.PIPE, stderr=restore_err)
         assert psql.stdin is not None and reader.stdout is not None
+        broken = False
         try:
             psql.stdin.write(prelude.encode())
             shutil.copyfileobj(reader.stdout, psql.stdin)
         except BrokenPipeError:
-            pass  # psql stopped at an error: its exit status and standard error say which
-        finally:
-            reader.stdout.close()
-            with contextlib.suppress(BrokenPipeError):
-                psql.stdin.close()
-        reader_rc, psql_rc = reader.wait(), psql.wait()
-        if reader_rc != 0:
+            broken = True  # psql stopped at an error: its standard error says which
+        reader.stdout.close()  # a pg_restore still writing gets EPIPE and exits
+        reader_rc = reader.wait()
+        if broken or reader_rc != 0:
+            # psql commits its --single-transaction at the end of its input: a script cut
+            # short by pg_restore's failure must never reach that end.
+            psql.kill()
+            psql.wait()
+            if broken:
+                raise BackupError(f"psql failed, the database is unchanged: {_text(psql_err)}")
             raise BackupError(f"pg_restore failed (exit {reader_rc}), the database is unchanged: "
                               f"{_text(restore_err)}")
-        if psql_rc != 0:
+        with contextlib.suppress(BrokenPipeError):
+            psql.stdin.close()
+        if (psql_rc := psql.wait()) != 0:
             raise BackupError(f"psql failed (exit {psql_rc}), the database is unchanged: "
                               f"{_text(psql_err)}")
 
