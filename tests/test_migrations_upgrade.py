@@ -1,11 +1,11 @@
 """Upgrading a database with data in it, from every revision to head, on SQLite and PostgreSQL.
 
 For each revision R: migrate an empty database to R, fill it with raw SQL written
-for R's tables (users and keys, feeds, profiles and rules (no saved rule state: its JSON is
-the service's, not the schema's), a captured, a missed
-and a pending CEI with their EIs, probes, entries and captures, chronon figures,
-and what R's later tables hold: registrations, a lease, notify targets and
-events, a cluster process), migrate to head, then:
+for R's tables (users and keys, feeds, profiles and rules without a saved state,
+whose JSON is the service's, not the schema's; a captured, a missed and a
+pending CEI with their EIs, probes, entries and captures, chronon figures; and
+what R's later tables hold: registrations, a lease, notify targets and events,
+a cluster process), migrate to head, then:
 
 - the schema equals the models;
 - ``proxy db check`` is clean;

@@ -7,7 +7,8 @@
   ``proxy db check`` and a service started on it serves every feed, profile,
   key and CEI the first one had served before the backup;
 - a restore refuses a database holding rows (naming them) unless ``--force``,
-  and the refused database keeps what it held; errors name what is wrong.
+  and the refused database keeps what it held, as does one whose restore
+  failed half-way; errors name what is wrong.
 """
 
 from __future__ import annotations
@@ -309,6 +310,29 @@ async def test_restore_refuses_a_database_holding_rows_unless_forced(
     assert not await _authenticates(target, bob), "--force replaces what was there"
     assert await ok(target, "db", "current") == f"{head_revision()}\n"
     assert "ok: all" in await ok(target, "db", "check")
+
+
+async def test_a_restore_that_fails_half_way_leaves_the_database_as_it_was(
+    databases: Databases, tmp_path: Path
+) -> None:
+    source, target = await databases.new(), await databases.new()
+    await _user(source, "alice")
+    whole = tmp_path / "whole.backup"
+    await ok(source, "db", "backup", str(whole))
+    # Its last 300 bytes gone: on PostgreSQL pg_restore fails after psql has run part of
+    # the script (dropped the tables, restored some); on SQLite the header tells.
+    cut = _write(tmp_path / "cut.backup", whole.read_bytes()[:-300])
+    bob = await _user(target, "bob")
+    code, _, err = await cli(target, "db", "restore", "--force", str(cut))
+    assert code == 1, "a truncated backup was restored"
+    assert "the database is unchanged" in err or "cut short" in err, err
+    assert await _authenticates(target, bob), "a failed restore changed the database"
+    assert await _names(target) == ["bob"]
+
+
+async def _names(url: str) -> list[str]:
+    async with Store.from_url(url) as store:
+        return [u.name for u in await store.list_users()]
 
 
 async def test_a_migrated_but_empty_database_takes_a_restore(
