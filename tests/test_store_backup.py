@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import signal
@@ -26,11 +27,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import pool, text
+from sqlalchemy import insert, pool, text
 
 from proxy.farm import FeedFarm
 from proxy.ports import free_port
-from proxy.store import Store, make_engine, upgrade_database
+from proxy.store import Store, hash_api_key, make_engine, upgrade_database
+from proxy.store._models import ApiKeyRow, UserRow
 from proxy.store.migrate import head_revision
 from tests.conftest import POSTGRES_ADMIN_URL, _create_database, _drop_database, _with_database
 from tests.test_e2e_support import eventually, motivating
@@ -344,6 +346,29 @@ async def test_a_migrated_but_empty_database_takes_a_restore(
     await ok(target, "db", "upgrade")
     await ok(target, "db", "restore", str(tmp_path / "b"))
     assert await _authenticates(target, alice)
+
+
+async def test_a_backup_of_an_older_revision_restores_at_it_and_upgrades(
+    databases: Databases, tmp_path: Path
+) -> None:
+    source, target = await databases.new(), await databases.new()
+    await upgrade_database(source, "0004")
+    engine = make_engine(source, poolclass=pool.NullPool)
+    now = dt.datetime.now(dt.UTC)
+    try:
+        async with engine.begin() as conn:  # users and keys are the same at 0004 as at head
+            await conn.execute(insert(UserRow), [{"id": 1, "name": "alice", "created_at": now}])
+            await conn.execute(insert(ApiKeyRow), [{"user_id": 1, "key_hash": hash_api_key("k" * 40),
+                                                    "prefix": "kkkk", "created_at": now}])
+    finally:
+        await engine.dispose()
+    await ok(source, "db", "backup", str(tmp_path / "old.backup"))
+    out = await ok(target, "db", "restore", str(tmp_path / "old.backup"))
+    assert "revision 0004" in out and "run `proxy db upgrade`" in out
+    assert await ok(target, "db", "current") == "0004\n"
+    await ok(target, "db", "upgrade")
+    assert await _authenticates(target, "k" * 40)
+    assert "ok: all" in await ok(target, "db", "check")
 
 
 async def test_restore_is_refused_while_a_service_holds_the_lease_even_forced(
