@@ -11,6 +11,7 @@ import pytest
 
 from proxy.rules import DurationError, ProfileSpec, error_messages, parse_duration, to_chronons
 from proxy.rules._regex import UnsafeRegexError, compile_safe_regex
+from proxy.rules.matching import FIELDS
 
 MOTIVATING = {
     "name": "business analyst",
@@ -239,3 +240,46 @@ async def test_a_fastapi_route_answers_422_naming_the_field() -> None:
         assert detail["loc"] == ["body", "rules", 0, "trigger", "every"]
         assert detail["msg"].startswith("invalid duration 'x3m'")
     assert ProfileSpec.model_json_schema()["examples"][0] == MOTIVATING
+
+
+# --- `when`: keywords, all, exclude, fields -----------------------------------------------
+
+W: list[str | int] = [*T, "when"]
+
+
+@pytest.mark.parametrize(
+    ("when", "loc", "reason"),
+    [
+        ({"contains": ["oil"], "fields": ["title", "titel"]}, "rules.0.trigger.when.fields.1",
+         "unknown field 'titel': use one of 'title', 'summary', 'content', 'link', 'author', 'categories'"),
+        ({"contains": ["oil"], "fields": ["title", "title"]}, "rules.0.trigger.when.fields",
+         "field 'title' is listed twice"),
+        ({"contains": ["oil"], "fields": []}, "rules.0.trigger.when.fields", "at least 1 item"),
+        ({"contains": ["oil", "  "]}, "rules.0.trigger.when.contains.1", "a keyword must not be empty"),
+        ({"all": [""]}, "rules.0.trigger.when.all.0", "a keyword must not be empty"),
+        ({"exclude": []}, "rules.0.trigger.when.exclude", "at least 1 item"),
+        ({"exclude": ["a\x00b"]}, "rules.0.trigger.when.exclude.0", "contains a control character"),
+        ({"contains": ["Crude Oil"], "exclude": ["gas", "crude  OIL"]}, "rules.0.trigger.when.exclude",
+         "keyword 'crude  OIL' is both in 'contains' and in 'exclude'"),
+        ({"all": ["opec"], "exclude": ["OPEC"]}, "rules.0.trigger.when.exclude",
+         "keyword 'OPEC' is both in 'all' and in 'exclude'"),
+        ({"fields": ["title"]}, "rules.0.trigger.when",
+         "at least one of 'contains', 'regex', 'every_nth', 'all', 'exclude'"),
+        ({"contains": ["x" * 201]}, "rules.0.trigger.when.contains.0", "at most 200 characters"),
+    ],
+)
+def test_when_errors_name_the_field(when: dict[str, Any], loc: str, reason: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as info:
+        ProfileSpec.model_validate(_with(W, when))
+    lines = error_messages(info.value)
+    assert any(line.startswith(f"{loc}: ") and reason in line for line in lines), lines
+
+
+def test_when_defaults_and_keeps_keywords_as_written() -> None:
+    from proxy.rules import ConditionSpec
+
+    spec = ConditionSpec.model_validate({"all": [" Crude  Oil "], "exclude": ["olive"]})
+    assert spec.all == ["Crude  Oil"] and spec.contains is None
+    assert spec.fields == ["title", "summary"]
+    every = ConditionSpec.model_validate({"exclude": ["x"], "fields": list(reversed(FIELDS))})
+    assert every.fields == list(reversed(FIELDS))

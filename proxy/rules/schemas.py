@@ -23,6 +23,7 @@ so a stored spec reads back exactly as submitted.
 
 from __future__ import annotations
 
+import unicodedata
 import zoneinfo
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -36,6 +37,7 @@ from pydantic import (
     Field,
     JsonValue,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -44,6 +46,7 @@ from pydantic_core import PydanticCustomError
 
 from proxy.rules._regex import UnsafeRegexError, compile_safe_regex
 from proxy.rules.durations import DurationError, parse_duration
+from proxy.rules.matching import DEFAULT_FIELDS, FIELDS, normalize_text
 
 __all__ = [
     "NOTIFY_EVENTS",
@@ -134,7 +137,6 @@ FeedId = Annotated[
     ),
 ]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-Keyword = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
 
 class _Spec(BaseModel):
@@ -142,26 +144,93 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _check_keyword(value: str) -> str:
+    if not value:
+        raise _invalid("keyword", "a keyword must not be empty (nor only whitespace)")
+    if any(unicodedata.category(ch) == "Cc" and not ch.isspace() for ch in value):
+        raise _invalid("keyword", f"keyword {value!r} contains a control character")
+    return value
+
+
+def _check_field(value: str) -> str:
+    if value not in FIELDS:
+        raise _invalid(
+            "field", f"unknown field {value!r}: use one of {', '.join(repr(f) for f in FIELDS)}"
+        )
+    return value
+
+
+# Stripped first, so "  " is refused as empty by _check_keyword with its own message.
+Keyword = Annotated[
+    str, StringConstraints(strip_whitespace=True, max_length=200), AfterValidator(_check_keyword)
+]
+KeywordList = Annotated[list[Keyword], Field(min_length=1, max_length=100)]
+FieldName = Annotated[str, AfterValidator(_check_field)]
+
+
+def _default_fields() -> list[str]:
+    return list(DEFAULT_FIELDS)
+
+
 class ConditionSpec(_Spec):
     """A condition on the new entries a trigger probe finds; every given part must hold.
 
-    An entry *matches* when it contains one of ``contains`` (case-insensitive,
-    in title, summary or content) and matches ``regex`` (a search over the same
-    fields on RE2: linear time, no backreferences or lookaround), each only if
-    given. Without ``every_nth`` the condition holds when some new entry
-    matches; with it, matching entries are counted per rule and the condition
-    holds when the count passes a multiple of ``every_nth`` (paper 002 §2.1:
+    An entry *matches* when, in the selected ``fields`` (default title and
+    summary), it contains one of ``contains``, contains each of ``all`` (each in
+    some field), contains none of ``exclude``, and ``regex`` (RE2: linear time,
+    no backreferences or lookaround) finds a match in some field, each only if
+    given. Keywords match case-insensitively (Unicode case folding) and as
+    whole words or phrases; :mod:`proxy.rules.matching` states the exact rules.
+    Without ``every_nth`` the condition holds when some new entry matches; with
+    it, matching entries are counted per rule and the condition holds when the
+    count passes a multiple of ``every_nth`` (paper 002 §2.1:
     ``WHEN COUNT(*) % X = 0``).
     """
 
-    contains: list[Keyword] | None = Field(default=None, min_length=1, max_length=100)
+    contains: KeywordList | None = None
+    all: KeywordList | None = None
+    exclude: KeywordList | None = None
     regex: Annotated[str, AfterValidator(_check_regex)] | None = None
     every_nth: int | None = Field(default=None, ge=1, le=1_000_000)
+    fields: list[FieldName] = Field(
+        default_factory=_default_fields, min_length=1, max_length=len(FIELDS)
+    )
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude_disjoint(cls, exclude: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # A keyword both required and excluded would make the rule never fire: a mistake.
+        # Compared as matched (case-folded, whitespace runs as one space).
+        for part in ("contains", "all"):
+            wanted = {normalize_text(k) for k in info.data.get(part) or ()}
+            for keyword in exclude or ():
+                if normalize_text(keyword) in wanted:
+                    raise _invalid(
+                        "conflict",
+                        f"keyword {keyword!r} is both in {part!r} and in 'exclude': "
+                        "no entry could match",
+                    )
+        return exclude
+
+    @field_validator("fields")
+    @classmethod
+    def _distinct_fields(cls, fields: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for name in fields:
+            if name in seen:
+                raise _invalid("duplicate", f"field {name!r} is listed twice in 'fields'")
+            seen.add(name)
+        return fields
 
     @model_validator(mode="after")
     def _not_empty(self) -> ConditionSpec:
-        if self.contains is None and self.regex is None and self.every_nth is None:
-            raise _invalid("rule", "'when' must set at least one of 'contains', 'regex', 'every_nth' (or be omitted)")
+        parts = (self.contains, self.all, self.exclude, self.regex, self.every_nth)
+        if all(part is None for part in parts):
+            raise _invalid(
+                "rule",
+                "'when' must set at least one of 'contains', 'regex', 'every_nth', 'all', "
+                "'exclude' (or be omitted)",
+            )
         return self
 
 

@@ -1,0 +1,439 @@
+"""Which entries a rule's ``when`` matches, and what matched: keywords, phrases, a regex.
+
+Pure functions of an entry and a condition: no I/O, no clock. Counting for
+``every_nth`` is the evaluator's job; this module only says whether one entry
+matches and, when it does, what matched (for the notification).
+
+**Fields.** A condition reads the entry fields listed in its ``fields``
+(default ``title`` and ``summary``). The feed layer fills them from feedparser
+(or the fast parser, which agrees with it on these documents):
+
+=============  ===============================  ==========================================
+field          RSS 2.0                          Atom 1.0
+=============  ===============================  ==========================================
+``title``      ``<title>``                      ``<title>``
+``summary``    ``<description>``                ``<summary>``
+``content``    ``<content:encoded>``            ``<content>``
+``link``       ``<link>`` (else a permalink     ``<link rel="alternate" href>`` (or a
+               ``<guid>``)                      ``<link>`` without ``rel``)
+``author``     ``<author>`` or ``<dc:creator>`` ``<author><name>`` (and its email)
+``categories`` each ``<category>``              each ``<category term>``
+=============  ===============================  ==========================================
+
+Categories are joined into one text with ``"\\x00"`` (never whitespace, never
+a word character, refused in keywords) so a phrase cannot span two
+categories; for ``regex`` they are joined with ``"\\n"``, so ``(?m)^oil$``
+means "a category is exactly oil". Each text is capped at
+:data:`proxy.rules._regex.MAX_TEXT` characters.
+
+**Keywords** (``contains``, ``all``, ``exclude``). The text of a field and the
+keyword are both Unicode case-folded (:meth:`str.casefold`: "ÖL" is "öl",
+"STRASSE" and "straße" are both "strasse") and whitespace-normalized (every
+run of whitespace, as :meth:`str.split` sees it, becomes one space, leading
+and trailing whitespace goes). A keyword of several words ("crude oil") is a
+phrase: its words in that order, any run of whitespace between them. A
+keyword matches **whole-word**: on each side where the keyword's own end
+character is a word character, the folded text's neighbouring character (if
+any) must not be one, a *word character* being one for which
+``ch.isalnum() or ch == "_"``. So "oil" matches "Oil," "(oil)" and "oil-price"
+but not "soil", "oily" or "oil_price"; "c++" needs a boundary before the
+``c`` only, so it matches "C++11" but not "abc++"; "++" (no word character at
+either end) matches anywhere as a substring. Boundaries are judged on the
+folded text (a ligature "ﬁ" folds to "fi", two word characters).
+
+**An entry matches** a condition when every given part holds:
+
+* ``contains``: at least one of the keywords occurs in some selected field;
+* ``all``: each keyword occurs in some selected field (not necessarily the same);
+* ``exclude``: no keyword occurs in any selected field;
+* ``regex``: an RE2 search finds it in some selected field's *original* text
+  (not folded nor normalized: write ``(?i)`` for case-insensitivity).
+
+A condition with only ``exclude`` (or only ``every_nth``) matches every entry
+without an excluded keyword (every entry).
+
+**What matched** (:class:`Match`) is the first positive part, in this order:
+the first keyword of ``contains`` (in the order written) that occurs, with the
+first selected field (in ``fields`` order) it occurs in; else the first
+keyword of ``all``; else ``regex`` with the first field it is found in; else
+nothing positive (``kind="any"``). The keyword is reported as written.
+
+:class:`KeywordIndex` matches one entry against many rules of a feed at once
+(one Aho–Corasick automaton over every keyword, scanned once per field) and
+gives exactly what :meth:`Condition.match` gives rule by rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
+
+import ahocorasick
+
+from proxy.rules._regex import MAX_TEXT, CompiledRegex, compile_safe_regex
+
+if TYPE_CHECKING:
+    from proxy.rules.schemas import ConditionSpec
+
+__all__ = [
+    "DEFAULT_FIELDS",
+    "FIELDS",
+    "Condition",
+    "EntryFields",
+    "KeywordIndex",
+    "Match",
+    "entry_text",
+    "normalize_text",
+]
+
+FieldName = Literal["title", "summary", "content", "link", "author", "categories"]
+#: The entry fields a condition may read, in the order their texts are prepared.
+FIELDS: tuple[FieldName, ...] = ("title", "summary", "content", "link", "author", "categories")
+DEFAULT_FIELDS: tuple[FieldName, ...] = ("title", "summary")
+
+# Joins categories for keywords: neither whitespace nor a word character (see the docstring).
+_CATEGORY_JOIN = "\x00"
+
+
+class EntryFields(Protocol):
+    """The entry fields a condition reads (the feed layer's ``Entry`` satisfies it).
+
+    Every one may be absent: ``None`` (or an empty ``categories``) reads as no text.
+    """
+
+    @property
+    def title(self) -> str | None: ...
+
+    @property
+    def summary(self) -> str | None: ...
+
+    @property
+    def content(self) -> str | None: ...
+
+    @property
+    def link(self) -> str | None: ...
+
+    @property
+    def author(self) -> str | None: ...
+
+    @property
+    def categories(self) -> tuple[str, ...]: ...
+
+
+def normalize_text(text: str) -> str:
+    """Case-folded, each whitespace run one space, no leading or trailing whitespace."""
+    return " ".join(text.casefold().split())
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def entry_text(entry: EntryFields, field: FieldName, *, for_regex: bool = False) -> str:
+    """The original text of one field (capped), as keywords (``for_regex=False``) or regex read it."""
+    if field == "categories":
+        cats = getattr(entry, "categories", None) or ()
+        text = ("\n" if for_regex else _CATEGORY_JOIN).join(cats)
+    else:
+        text = getattr(entry, field, None) or ""
+    return text[:MAX_TEXT]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """What made an entry match a condition, for the notification ("matched 'oil' in title").
+
+    ``kind`` is the part that matched; ``field`` the entry field; ``text`` the
+    keyword as the rule wrote it, or the regex pattern. ``kind="any"`` (a
+    condition with only ``exclude`` or ``every_nth``) has neither.
+    """
+
+    kind: Literal["contains", "all", "regex", "any"]
+    field: FieldName | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyword:
+    written: str  # as the rule wrote it (stripped), for Match.text
+    folded: str  # normalize_text(written): what is searched
+    left: bool  # a boundary is needed before it (its first character is a word character)
+    right: bool  # ... and after it
+
+    @classmethod
+    def of(cls, written: str) -> _Keyword:
+        folded = normalize_text(written)
+        if not folded:
+            raise ValueError(f"keyword {written!r} is empty once whitespace is removed")
+        return cls(written, folded, _is_word(folded[0]), _is_word(folded[-1]))
+
+    def at(self, text: str, end: int) -> bool:
+        """Whether the occurrence ending at index ``end`` (inclusive) is whole-word."""
+        start = end - len(self.folded) + 1
+        if self.left and start > 0 and _is_word(text[start - 1]):
+            return False
+        return not (self.right and end + 1 < len(text) and _is_word(text[end + 1]))
+
+    def occurs_in(self, text: str) -> bool:
+        """The reference search (str.find at every start): no automaton."""
+        start = text.find(self.folded)
+        while start >= 0:
+            if self.at(text, start + len(self.folded) - 1):
+                return True
+            start = text.find(self.folded, start + 1)
+        return False
+
+
+class Condition:
+    """A compiled ``when``: :meth:`match` one entry (``every_nth`` is counted by the evaluator)."""
+
+    __slots__ = ("all", "contains", "every_nth", "exclude", "fields", "regex")
+
+    def __init__(
+        self,
+        *,
+        contains: Iterable[str] = (),
+        all: Iterable[str] = (),  # the schema's name for it (shadows the builtin here only)
+        exclude: Iterable[str] = (),
+        regex: str | None = None,
+        fields: Iterable[FieldName] = DEFAULT_FIELDS,
+        every_nth: int | None = None,
+    ) -> None:
+        self.contains = tuple(_Keyword.of(k) for k in contains)
+        self.all = tuple(_Keyword.of(k) for k in all)
+        self.exclude = tuple(_Keyword.of(k) for k in exclude)
+        self.regex: CompiledRegex | None = None if regex is None else compile_safe_regex(regex)
+        self.fields: tuple[FieldName, ...] = tuple(dict.fromkeys(fields))
+        unknown = [f for f in self.fields if f not in FIELDS]
+        if unknown or not self.fields:
+            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {self.fields}")
+        self.every_nth = every_nth
+
+    @classmethod
+    def from_spec(cls, spec: ConditionSpec) -> Condition:
+        """Compile a validated ``when``."""
+        return cls(
+            contains=spec.contains or (),
+            all=spec.all or (),
+            exclude=spec.exclude or (),
+            regex=spec.regex,
+            fields=spec.fields,  # type: ignore[arg-type]  # validated names of FIELDS
+            every_nth=spec.every_nth,
+        )
+
+    def __repr__(self) -> str:
+        parts = [
+            f"{name}={[k.written for k in getattr(self, name)]!r}"
+            for name in ("contains", "all", "exclude")
+            if getattr(self, name)
+        ]
+        if self.regex is not None:
+            parts.append(f"regex={self.regex.pattern!r}")
+        return f"Condition({', '.join([*parts, f'fields={list(self.fields)!r}'])})"
+
+    def match(self, entry: EntryFields) -> Match | None:
+        """What matched in ``entry`` (see the module docstring), or ``None`` if it does not match."""
+        folded: dict[FieldName, str] = {}
+
+        def text(field: FieldName) -> str:
+            if field not in folded:
+                folded[field] = normalize_text(entry_text(entry, field))
+            return folded[field]
+
+        def first_field(keyword: _Keyword) -> FieldName | None:
+            return next((f for f in self.fields if keyword.occurs_in(text(f))), None)
+
+        return self._decide(_RawTexts(entry), first_field)
+
+    def _decide(
+        self, raw: _RawTexts, first_field: Callable[[_Keyword], FieldName | None]
+    ) -> Match | None:
+        # Shared by match() and KeywordIndex: only where keywords occur is computed differently.
+        if any(first_field(k) is not None for k in self.exclude):
+            return None
+        found: Match | None = None
+        if self.contains:
+            for keyword in self.contains:
+                field = first_field(keyword)
+                if field is not None:
+                    found = Match("contains", field, keyword.written)
+                    break
+            else:
+                return None
+        for keyword in self.all:
+            field = first_field(keyword)
+            if field is None:
+                return None
+            if found is None:
+                found = Match("all", field, keyword.written)
+        if self.regex is not None:
+            regex = self.regex
+            field = next((f for f in self.fields if regex.search(raw.text(f))), None)
+            if field is None:
+                return None
+            if found is None:
+                found = Match("regex", field, regex.pattern)
+        return found if found is not None else Match("any")
+
+
+class _RawTexts:
+    """An entry's original texts as regexes read them, each prepared once however many rules ask."""
+
+    __slots__ = ("_entry", "_texts")
+
+    def __init__(self, entry: EntryFields) -> None:
+        self._entry = entry
+        self._texts: dict[FieldName, str] = {}
+
+    def text(self, field: FieldName) -> str:
+        text = self._texts.get(field)
+        if text is None:
+            text = self._texts[field] = entry_text(self._entry, field, for_regex=True)
+        return text
+
+
+@dataclass(slots=True)
+class _Rule:
+    condition: Condition
+    mask: int  # bit i: FIELDS[i] is selected
+
+
+_BIT: Mapping[FieldName, int] = {f: 1 << i for i, f in enumerate(FIELDS)}
+
+
+RuleId = TypeVar("RuleId", bound=Hashable)
+
+
+class KeywordIndex(Generic[RuleId]):
+    """Many rules' conditions on one feed, matched together: one scan of each field per entry.
+
+    Every keyword of every rule (``contains``, ``all`` and ``exclude``) is a key of
+    one Aho–Corasick automaton (pyahocorasick), rebuilt lazily on the first
+    :meth:`match` after an :meth:`add` or :meth:`remove`. :meth:`match` folds
+    each field some rule reads once, scans it once, keeps the whole-word hits,
+    and evaluates only the rules reached from a hit keyword through an inverted
+    index (keyword → rules with it in ``contains`` or ``all``), plus the rules
+    with neither (only ``exclude``/``regex``/``every_nth``), which are checked
+    directly. The result is what each rule's :meth:`Condition.match` would give.
+    """
+
+    def __init__(self) -> None:
+        self._rules: dict[RuleId, _Rule] = {}
+        # folded keyword → the rules that need it (contains/all) and how many uses of any kind
+        self._positive: dict[str, set[RuleId]] = {}
+        self._uses: dict[str, int] = {}
+        self._unindexed: set[RuleId] = set()  # rules with no contains/all keyword
+        self._automaton: ahocorasick.Automaton | None = None
+        self._mask = 0  # the fields some rule reads
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __contains__(self, rule_id: object) -> bool:
+        return rule_id in self._rules
+
+    def add(self, rule_id: RuleId, condition: Condition) -> None:
+        """Index ``condition`` under ``rule_id`` (replacing the rule's previous one)."""
+        if rule_id in self._rules:
+            self.remove(rule_id)
+        mask = 0
+        for field in condition.fields:
+            mask |= _BIT[field]
+        self._rules[rule_id] = _Rule(condition, mask)
+        positive = {k.folded for k in (*condition.contains, *condition.all)}
+        for folded in positive:
+            self._positive.setdefault(folded, set()).add(rule_id)
+        if not positive:
+            self._unindexed.add(rule_id)
+        for keyword in (*condition.contains, *condition.all, *condition.exclude):
+            self._uses[keyword.folded] = self._uses.get(keyword.folded, 0) + 1
+        self._automaton = None
+        self._mask |= mask
+
+    def remove(self, rule_id: RuleId) -> None:
+        """Forget ``rule_id``; a rule not in the index is ignored."""
+        rule = self._rules.pop(rule_id, None)
+        if rule is None:
+            return
+        condition = rule.condition
+        for keyword in (*condition.contains, *condition.all):
+            users = self._positive.get(keyword.folded)
+            if users is not None:
+                users.discard(rule_id)
+                if not users:
+                    del self._positive[keyword.folded]
+        for keyword in (*condition.contains, *condition.all, *condition.exclude):
+            left = self._uses[keyword.folded] - 1
+            if left:
+                self._uses[keyword.folded] = left
+            else:
+                del self._uses[keyword.folded]
+        self._unindexed.discard(rule_id)
+        self._automaton = None
+        self._mask = 0
+        for other in self._rules.values():
+            self._mask |= other.mask
+
+    def _build(self) -> ahocorasick.Automaton:
+        automaton = ahocorasick.Automaton()
+        for folded in self._uses:
+            keyword = _Keyword.of(folded)
+            automaton.add_word(folded, (folded, keyword.left, keyword.right, len(folded)))
+        if len(automaton):
+            automaton.make_automaton()
+        return automaton
+
+    def match(self, entry: EntryFields) -> dict[RuleId, Match]:
+        """Every rule whose condition ``entry`` matches, with what matched."""
+        if not self._rules:
+            return {}
+        automaton = self._automaton
+        if automaton is None:
+            automaton = self._automaton = self._build()
+        scan = len(automaton) > 0
+        hits: dict[str, int] = {}  # folded keyword → mask of the fields it occurs in
+        for field in FIELDS:
+            bit = _BIT[field]
+            if not (self._mask & bit) or not scan:
+                continue
+            text = normalize_text(entry_text(entry, field))
+            if not text:
+                continue
+            last = len(text) - 1
+            for end, (folded, left, right, size) in automaton.iter(text):
+                start = end - size + 1
+                if left and start > 0:
+                    ch = text[start - 1]
+                    if ch.isalnum() or ch == "_":
+                        continue
+                if right and end < last:
+                    ch = text[end + 1]
+                    if ch.isalnum() or ch == "_":
+                        continue
+                hits[folded] = hits.get(folded, 0) | bit
+        candidates: set[RuleId] = set(self._unindexed)
+        positive = self._positive
+        for folded in hits:
+            users = positive.get(folded)
+            if users:
+                candidates |= users
+        out: dict[RuleId, Match] = {}
+        raw = _RawTexts(entry)
+        for rule_id in candidates:
+            rule = self._rules[rule_id]
+            mask = rule.mask
+            fields = rule.condition.fields
+
+            def first_field(
+                keyword: _Keyword, mask: int = mask, fields: tuple[FieldName, ...] = fields
+            ) -> FieldName | None:
+                where = hits.get(keyword.folded, 0) & mask
+                if not where:
+                    return None
+                return next(f for f in fields if where & _BIT[f])
+
+            found = rule.condition._decide(raw, first_field)
+            if found is not None:
+                out[rule_id] = found
+        return out
