@@ -71,7 +71,7 @@ __all__ = ["nats_server"]  # the fixture, imported for pytest
 
 NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 STATE = FeedState("http://127.0.0.1:1/f", '"v1"', "Wed, 25 Nov 2026 11:00:00 GMT", 0)
-E1 = Entry("id-1", "Oil", "http://x/1", "sum", None, NOW)
+E1 = Entry("id-1", "Oil", "http://x/1", "sum", None, NOW, author="Ann", categories=("Energy", "Oil"))
 E2 = Entry("id-2", None, None, None, "body", None)
 
 RESULTS = [
@@ -94,6 +94,15 @@ def test_every_outcome_crosses_the_broker_unchanged(result: object) -> None:
     back = decode_result(data, NothingKnown())
     assert back.id == "s1.7" and back.worker == "w1"
     assert back.result == result
+
+
+def test_entries_of_a_worker_not_yet_upgraded_read_without_author_and_categories() -> None:
+    data = encode_result(JobResult("s1.8", "w1", RESULTS[0]))  # type: ignore[arg-type]
+    old = data.replace(b',"Ann",["Energy","Oil"]]', b"]")
+    assert old != data
+    back = decode_result(old, NothingKnown())
+    (e1, _) = back.result.entries  # type: ignore[union-attr]
+    assert (e1.author, e1.categories) == (None, ()) and e1.title == "Oil"
 
 
 def test_new_entries_are_decided_by_the_scheduler_not_the_worker() -> None:

@@ -217,7 +217,7 @@ def _corpus_files() -> list[Path]:
 
 
 def _key(entries: tuple[object, ...]) -> list[tuple[object, ...]]:
-    return [(e.identity, e.link, e.title, e.published) for e in entries]  # type: ignore[attr-defined]
+    return [(e.identity, e.link, e.title, e.published, e.author, e.categories) for e in entries]  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
@@ -268,3 +268,57 @@ def test_corpus_bozo_expectations_are_errors_or_warnings() -> None:
             ref = parse_with_feedparser(path.read_bytes(), url=BASE)
             assert _key(parsed.entries) == _key(ref.entries), path
     assert checked >= 20
+
+
+# --- author and categories (rules match them: proxy.rules.matching) ------------------------
+
+_RSS_AUTHORS = b"""<?xml version="1.0" encoding="utf-8"?>
+<rss version="2.0" xmlns:dc="http://purl.org/dc/elements/1.1/"><channel><title>T</title>
+<item><title>A</title><guid>urn:a</guid><author>bob@ex.org (Bob)</author>
+<category>Energy</category><category domain="x">Oil</category><category>Energy</category></item>
+<item><title>B</title><guid>urn:b</guid><dc:creator>Alice</dc:creator></item>
+<item><title>C</title><guid>urn:c</guid><author>bob@ex.org (Bob)</author><dc:creator>Alice</dc:creator></item>
+</channel></rss>"""
+
+_ATOM_AUTHORS = b"""<?xml version="1.0" encoding="utf-8"?>
+<feed xmlns="http://www.w3.org/2005/Atom"><title>T</title><id>urn:f</id>
+<entry><id>urn:1</id><title>A</title><author><name>Carol</name></author>
+<category term="energy" label="Energy"/><category label="no term: left out"/></entry>
+<entry><id>urn:2</id><title>B</title><author><name>Dan</name><email>dan@ex.org</email></author></entry>
+</feed>"""
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_author_and_categories_rss(fast: bool) -> None:
+    entries = parse_document(_RSS_AUTHORS, url=BASE, fast=fast).entries
+    assert [(e.author, e.categories) for e in entries] == [
+        ("bob@ex.org (Bob)", ("Energy", "Oil")),  # a repeated category once
+        ("Alice", ()),
+        ("Alice", ()),  # feedparser's: the last of <author> and <dc:creator>
+    ]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_author_and_categories_atom(fast: bool) -> None:
+    entries = parse_document(_ATOM_AUTHORS, url=BASE, fast=fast).entries
+    assert [(e.author, e.categories) for e in entries] == [
+        ("Carol", ("energy",)),
+        ("Dan (dan@ex.org)", ()),
+    ]
+
+
+def test_documents_where_the_fast_author_would_differ_go_to_feedparser() -> None:
+    assert parse_document(_RSS_AUTHORS, url=BASE).parser == "feedparser"
+    assert parse_document(_ATOM_AUTHORS, url=BASE).parser == "feedparser"
+    plain = _ATOM_AUTHORS.replace(b"<email>dan@ex.org</email>", b"")
+    parsed = parse_document(plain, url=BASE)
+    assert parsed.parser == "fast"
+    assert [(e.author, e.categories) for e in parsed.entries] == [
+        ("Carol", ("energy",)), ("Dan", ())]
+
+
+def test_author_and_categories_json_feed() -> None:
+    body = (b'{"version": "https://jsonfeed.org/version/1.1", "title": "T", "items": [{"id": "1",'
+            b' "title": "A", "authors": [{"name": "Ann"}], "tags": ["oil", "gas", "oil"]}]}')
+    (entry,) = parse_document(body, url=BASE).entries
+    assert (entry.author, entry.categories) == ("Ann", ("oil", "gas"))

@@ -139,9 +139,22 @@ def _field(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return {"$dt": value.isoformat()}
     if isinstance(value, tuple) and all(isinstance(e, Entry) for e in value):
+        # author and categories last: rules match them; a scheduler also reads the older
+        # six-field form of workers not yet upgraded (below).
         return {"$entries": [[e.identity, e.title, e.link, e.summary, e.content,
-                              _iso(e.published)] for e in value]}
+                              _iso(e.published), e.author, list(e.categories)] for e in value]}
     return value
+
+
+def _entry(row: Any, name: str) -> Entry:
+    i, t, link, summary, content, p, *extra = row
+    if len(extra) not in (0, 2):
+        raise ValueError(f"an entry has 6 or 8 fields, not {len(row)}")
+    author, categories = extra if extra else (None, ())
+    if not isinstance(categories, list | tuple) or not all(isinstance(c, str) for c in categories):
+        raise TypeError("categories must be a list of strings")
+    return Entry(i, t, link, summary, content, _when(p, f"{name}.published"),
+                 author=author, categories=tuple(categories))
 
 
 def _unfield(value: Any, name: str) -> Any:
@@ -150,8 +163,7 @@ def _unfield(value: Any, name: str) -> Any:
             return _when(value["$dt"], name)
         if "$entries" in value:
             try:
-                return tuple(Entry(i, t, link, summary, content, _when(p, f"{name}.published"))
-                             for i, t, link, summary, content, p in value["$entries"])
+                return tuple(_entry(row, name) for row in value["$entries"])
             except (TypeError, ValueError) as exc:
                 raise MessageError(f"{name}: bad entry ({exc})") from None
         raise MessageError(f"{name}: unexpected object")

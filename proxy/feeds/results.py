@@ -65,7 +65,13 @@ class Entry:
 
     ``identity`` is stable across probes (see :mod:`proxy.feeds.identity`);
     ``published`` is timezone-aware UTC, or ``None`` when the feed gives no
-    parsable date.
+    parsable date. ``author`` is feedparser's ``author`` (RSS ``<author>`` or
+    ``<dc:creator>``, Atom ``<author>`` as "name (email)"); ``categories`` the
+    terms of the entry's ``<category>`` elements (Atom: ``term``; a category
+    without one is left out), in document order, without repeats. Rules read both
+    (:mod:`proxy.rules.matching`); they are not part of the identity, and have
+    defaults so producers that lack them (the store, the cluster codec) need not
+    pass them.
     """
 
     identity: str
@@ -74,6 +80,8 @@ class Entry:
     summary: str | None
     content: str | None
     published: datetime | None
+    author: str | None = None
+    categories: tuple[str, ...] = ()
 
 
 @runtime_checkable
