@@ -31,6 +31,9 @@ class Entry:
     summary: str | None = None
     content: str | None = None
     published: datetime | None = None
+    link: str | None = None
+    author: str | None = None
+    categories: tuple[str, ...] = ()
 
 
 class Proxy:

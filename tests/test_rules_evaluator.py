@@ -55,6 +55,9 @@ class Entry:
     summary: str | None = None
     content: str | None = None
     published: datetime | None = None
+    link: str | None = None
+    author: str | None = None
+    categories: tuple[str, ...] = ()
 
 
 def evaluator(body: dict[str, Any], profile_id: str = "p", **kwargs: Any) -> TriggerEvaluator:

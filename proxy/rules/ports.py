@@ -33,6 +33,8 @@ class EntryLike(Protocol):
 
     ``published`` (timezone-aware, or ``None`` when the feed gives none) dates
     the update a probe discovered (:func:`proxy.rules.updates.estimate_update_chronon`).
+    ``link``, ``author`` and ``categories`` are what a ``when`` may select besides
+    the texts (:mod:`proxy.rules.matching`); each may be absent (``None``, ``()``).
     """
 
     @property
@@ -46,6 +48,15 @@ class EntryLike(Protocol):
 
     @property
     def content(self) -> str | None: ...
+
+    @property
+    def link(self) -> str | None: ...
+
+    @property
+    def author(self) -> str | None: ...
+
+    @property
+    def categories(self) -> tuple[str, ...]: ...
 
 
 class EnginePort(Protocol):
