@@ -293,13 +293,34 @@ class _RawTexts:
         return text
 
 
-@dataclass(slots=True)
-class _Rule:
-    condition: Condition
-    mask: int  # bit i: FIELDS[i] is selected
-
-
 _BIT: Mapping[FieldName, int] = {f: 1 << i for i, f in enumerate(FIELDS)}
+_FIELD_OF_BIT: Mapping[int, FieldName] = {1 << i: f for i, f in enumerate(FIELDS)}
+
+
+class _Rule:
+    """A condition flattened for :meth:`KeywordIndex.match`'s inner loop (the same semantics)."""
+
+    __slots__ = ("all", "condition", "contains", "exclude", "mask", "order", "regex")
+
+    def __init__(self, condition: Condition) -> None:
+        self.condition = condition
+        self.mask = 0  # bit i: FIELDS[i] is selected
+        for field in condition.fields:
+            self.mask |= _BIT[field]
+        self.contains = tuple((k.folded, k.written) for k in condition.contains)
+        self.all = tuple((k.folded, k.written) for k in condition.all)
+        self.exclude = tuple(k.folded for k in condition.exclude)
+        self.regex = condition.regex
+        # None: the fields are in FIELDS order, so the first one a keyword occurs in is the
+        # lowest bit of its mask; else the (bit, field) pairs in the rule's order.
+        canonical = list(condition.fields) == [f for f in FIELDS if f in condition.fields]
+        self.order = None if canonical else tuple((_BIT[f], f) for f in condition.fields)
+
+    def first(self, where: int) -> FieldName:
+        """The rule's first field in the (non-empty) field mask ``where``."""
+        if self.order is None:
+            return _FIELD_OF_BIT[where & -where]
+        return next(f for bit, f in self.order if where & bit)
 
 
 RuleId = TypeVar("RuleId", bound=Hashable)
@@ -337,10 +358,7 @@ class KeywordIndex(Generic[RuleId]):
         """Index ``condition`` under ``rule_id`` (replacing the rule's previous one)."""
         if rule_id in self._rules:
             self.remove(rule_id)
-        mask = 0
-        for field in condition.fields:
-            mask |= _BIT[field]
-        self._rules[rule_id] = _Rule(condition, mask)
+        rule = self._rules[rule_id] = _Rule(condition)
         positive = {k.folded for k in (*condition.contains, *condition.all)}
         for folded in positive:
             self._positive.setdefault(folded, set()).add(rule_id)
@@ -349,7 +367,7 @@ class KeywordIndex(Generic[RuleId]):
         for keyword in (*condition.contains, *condition.all, *condition.exclude):
             self._uses[keyword.folded] = self._uses.get(keyword.folded, 0) + 1
         self._automaton = None
-        self._mask |= mask
+        self._mask |= rule.mask
 
     def remove(self, rule_id: RuleId) -> None:
         """Forget ``rule_id``; a rule not in the index is ignored."""
@@ -420,20 +438,42 @@ class KeywordIndex(Generic[RuleId]):
                 candidates |= users
         out: dict[RuleId, Match] = {}
         raw = _RawTexts(entry)
+        rules = self._rules
+        hit = hits.get
+        # The inner loop of Condition._decide on the hits, without a call per keyword: the
+        # property test in tests/test_rules_matching.py holds the two to the same answers.
         for rule_id in candidates:
-            rule = self._rules[rule_id]
+            rule = rules[rule_id]
             mask = rule.mask
-            fields = rule.condition.fields
-
-            def first_field(
-                keyword: _Keyword, mask: int = mask, fields: tuple[FieldName, ...] = fields
-            ) -> FieldName | None:
-                where = hits.get(keyword.folded, 0) & mask
+            if rule.exclude and any(hit(k, 0) & mask for k in rule.exclude):
+                continue
+            found: Match | None = None
+            if rule.contains:
+                for folded, written in rule.contains:
+                    where = hit(folded, 0) & mask
+                    if where:
+                        found = Match("contains", rule.first(where), written)
+                        break
+                else:
+                    continue
+            missing = False
+            for folded, written in rule.all:
+                where = hit(folded, 0) & mask
                 if not where:
-                    return None
-                return next(f for f in fields if where & _BIT[f])
-
-            found = rule.condition._decide(raw, first_field)
-            if found is not None:
-                out[rule_id] = found
+                    missing = True
+                    break
+                if found is None:
+                    found = Match("all", rule.first(where), written)
+            if missing:
+                continue
+            regex = rule.regex
+            if regex is not None:
+                searched: FieldName | None = next(
+                    (f for f in rule.condition.fields if regex.search(raw.text(f))), None
+                )
+                if searched is None:
+                    continue
+                if found is None:
+                    found = Match("regex", searched, regex.pattern)
+            out[rule_id] = found if found is not None else Match("any")
         return out
