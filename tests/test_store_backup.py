@@ -481,3 +481,27 @@ async def test_a_missing_sqlite_database_is_not_backed_up_nor_created(tmp_path: 
     assert code == 1 and "no SQLite database at" in err
     assert not (tmp_path / "none.sqlite3").exists()
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql+asyncpg://proxy:p%40ss@db:5433/proxy",
+         {"PGHOST": "db", "PGPORT": "5433", "PGUSER": "proxy", "PGPASSWORD": "p@ss",
+          "PGDATABASE": "proxy"}),
+        ("postgresql+asyncpg://u@h/d?ssl=true",
+         {"PGHOST": "h", "PGUSER": "u", "PGDATABASE": "d", "PGSSLMODE": "require"}),
+        ("postgresql+asyncpg://u@h/d?sslmode=verify-full",
+         {"PGHOST": "h", "PGUSER": "u", "PGDATABASE": "d", "PGSSLMODE": "verify-full"}),
+        ("postgresql+asyncpg://u@/d?host=/run/postgresql",
+         {"PGHOST": "/run/postgresql", "PGUSER": "u", "PGDATABASE": "d"}),
+    ],
+)
+def test_the_url_reaches_pg_dump_through_libpqs_environment(
+    url: str, expected: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.store.backup import _pg_env
+
+    for name in [n for n in os.environ if n.startswith("PG")]:
+        monkeypatch.delenv(name)
+    assert {k: v for k, v in _pg_env(url).items() if k.startswith("PG")} == expected

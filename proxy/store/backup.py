@@ -302,11 +302,18 @@ def _pg_env(url: str | URL) -> dict[str, str]:
         "PGUSER": parsed.username,
         "PGPASSWORD": parsed.password,
         "PGDATABASE": parsed.database,
-        # asyncpg spells it ssl=…, libpq sslmode=…
-        "PGSSLMODE": query.get("sslmode") or query.get("ssl"),
+        "PGSSLMODE": query.get("sslmode") or _sslmode(query.get("ssl")),
     }
     env.update({k: str(v) for k, v in values.items() if v})
     return env
+
+
+def _sslmode(ssl: str | None) -> str | None:
+    """asyncpg's ``ssl=`` as libpq's ``sslmode`` (``true`` is asyncpg's ``require``)."""
+    if ssl is None:
+        return None
+    return {"true": "require", "1": "require", "false": "disable", "0": "disable"}.get(
+        ssl.lower(), ssl)
 
 
 def _run(args: list[str], env: Mapping[str, str], what: str) -> str:
