@@ -300,7 +300,7 @@ _FIELD_OF_BIT: Mapping[int, FieldName] = {1 << i: f for i, f in enumerate(FIELDS
 class _Rule:
     """A condition flattened for :meth:`KeywordIndex.match`'s inner loop (the same semantics)."""
 
-    __slots__ = ("all", "condition", "contains", "exclude", "mask", "order", "regex")
+    __slots__ = ("all", "condition", "contains", "exclude", "mask", "order", "plain", "regex")
 
     def __init__(self, condition: Condition) -> None:
         self.condition = condition
@@ -315,6 +315,10 @@ class _Rule:
         # lowest bit of its mask; else the (bit, field) pairs in the rule's order.
         canonical = list(condition.fields) == [f for f in FIELDS if f in condition.fields]
         self.order = None if canonical else tuple((_BIT[f], f) for f in condition.fields)
+        # Only contains, in FIELDS order: what matched is its first keyword, when that one hits.
+        self.plain = bool(
+            canonical and self.contains and not self.all and not self.exclude and self.regex is None
+        )
 
     def first(self, where: int) -> FieldName:
         """The rule's first field in the (non-empty) field mask ``where``."""
@@ -336,17 +340,29 @@ class KeywordIndex(Generic[RuleId]):
     and evaluates only the rules reached from a hit keyword through an inverted
     index (keyword → rules with it in ``contains`` or ``all``), plus the rules
     with neither (only ``exclude``/``regex``/``every_nth``), which are checked
-    directly. The result is what each rule's :meth:`Condition.match` would give.
+    directly. *Plain* rules (only ``contains``, fields in the order of
+    :data:`FIELDS`) are not even evaluated when their first keyword hits: that
+    keyword is what matched, for all of them at once. The result is what each
+    rule's :meth:`Condition.match` would give (a property test holds it to that).
+
+    Adding or removing a rule costs its keywords, not the index's size; the
+    automaton is then rebuilt on the next :meth:`match` (about a second for
+    50,000 rules, ``docs/bench-rules.md``), so batch changes between entries.
     """
 
     def __init__(self) -> None:
         self._rules: dict[RuleId, _Rule] = {}
-        # folded keyword → the rules that need it (contains/all) and how many uses of any kind
+        # folded keyword → the rules reached through it that must be evaluated (contains/all)
         self._positive: dict[str, set[RuleId]] = {}
-        self._uses: dict[str, int] = {}
+        # folded keyword → (field mask, keyword as written) → the *plain* rules (only
+        # ``contains``, fields in FIELDS order) whose first keyword it is: a hit decides them
+        # all at once, with one shared Match (see match()).
+        self._first: dict[str, dict[tuple[int, str], set[RuleId]]] = {}
+        self._uses: dict[str, int] = {}  # folded keyword → uses of any kind: the automaton's keys
         self._unindexed: set[RuleId] = set()  # rules with no contains/all keyword
         self._automaton: ahocorasick.Automaton | None = None
-        self._mask = 0  # the fields some rule reads
+        self._field_uses = [0] * len(FIELDS)  # how many rules read each field
+        self._matches: dict[tuple[str, FieldName, str], Match] = {}
 
     def __len__(self) -> int:
         return len(self._rules)
@@ -354,20 +370,36 @@ class KeywordIndex(Generic[RuleId]):
     def __contains__(self, rule_id: object) -> bool:
         return rule_id in self._rules
 
+    @staticmethod
+    def _routes(rule: _Rule) -> tuple[tuple[str, tuple[int, str]] | None, set[str]]:
+        """How a rule is reached: its plain first keyword (if plain), and the keywords to evaluate it from."""
+        condition = rule.condition
+        first: tuple[str, tuple[int, str]] | None = None
+        positive = {k.folded for k in (*condition.contains, *condition.all)}
+        if rule.plain:
+            head = condition.contains[0]
+            first = (head.folded, (rule.mask, head.written))
+            # Reached through a later keyword only when the first did not hit: evaluated then.
+            positive.discard(head.folded)
+        return first, positive
+
     def add(self, rule_id: RuleId, condition: Condition) -> None:
         """Index ``condition`` under ``rule_id`` (replacing the rule's previous one)."""
         if rule_id in self._rules:
             self.remove(rule_id)
         rule = self._rules[rule_id] = _Rule(condition)
-        positive = {k.folded for k in (*condition.contains, *condition.all)}
+        first, positive = self._routes(rule)
+        if first is not None:
+            self._first.setdefault(first[0], {}).setdefault(first[1], set()).add(rule_id)
         for folded in positive:
             self._positive.setdefault(folded, set()).add(rule_id)
-        if not positive:
+        if first is None and not positive:
             self._unindexed.add(rule_id)
         for keyword in (*condition.contains, *condition.all, *condition.exclude):
             self._uses[keyword.folded] = self._uses.get(keyword.folded, 0) + 1
+        for i, field in enumerate(FIELDS):
+            self._field_uses[i] += field in condition.fields
         self._automaton = None
-        self._mask |= rule.mask
 
     def remove(self, rule_id: RuleId) -> None:
         """Forget ``rule_id``; a rule not in the index is ignored."""
@@ -375,23 +407,30 @@ class KeywordIndex(Generic[RuleId]):
         if rule is None:
             return
         condition = rule.condition
-        for keyword in (*condition.contains, *condition.all):
-            users = self._positive.get(keyword.folded)
-            if users is not None:
-                users.discard(rule_id)
-                if not users:
-                    del self._positive[keyword.folded]
+        first, positive = self._routes(rule)
+        if first is not None:
+            groups = self._first[first[0]]
+            groups[first[1]].discard(rule_id)
+            if not groups[first[1]]:
+                del groups[first[1]]
+                if not groups:
+                    del self._first[first[0]]
+        for folded in positive:
+            users = self._positive[folded]
+            users.discard(rule_id)
+            if not users:
+                del self._positive[folded]
         for keyword in (*condition.contains, *condition.all, *condition.exclude):
             left = self._uses[keyword.folded] - 1
             if left:
                 self._uses[keyword.folded] = left
             else:
                 del self._uses[keyword.folded]
+        for i, field in enumerate(FIELDS):
+            self._field_uses[i] -= field in condition.fields
         self._unindexed.discard(rule_id)
+        self._matches.clear()  # bounded by the keywords indexed now
         self._automaton = None
-        self._mask = 0
-        for other in self._rules.values():
-            self._mask |= other.mask
 
     def _build(self) -> ahocorasick.Automaton:
         automaton = ahocorasick.Automaton()
@@ -411,9 +450,9 @@ class KeywordIndex(Generic[RuleId]):
             automaton = self._automaton = self._build()
         scan = len(automaton) > 0
         hits: dict[str, int] = {}  # folded keyword → mask of the fields it occurs in
-        for field in FIELDS:
+        for field, readers in zip(FIELDS, self._field_uses, strict=True):
             bit = _BIT[field]
-            if not (self._mask & bit) or not scan:
+            if not readers or not scan:
                 continue
             text = normalize_text(entry_text(entry, field))
             if not text:
@@ -430,16 +469,33 @@ class KeywordIndex(Generic[RuleId]):
                     if ch.isalnum() or ch == "_":
                         continue
                 hits[folded] = hits.get(folded, 0) | bit
-        candidates: set[RuleId] = set(self._unindexed)
-        positive = self._positive
-        for folded in hits:
-            users = positive.get(folded)
-            if users:
-                candidates |= users
         out: dict[RuleId, Match] = {}
         raw = _RawTexts(entry)
         rules = self._rules
         hit = hits.get
+        field_of_bit = _FIELD_OF_BIT
+        # Matches are immutable values: one object per (kind, field, keyword) serves every rule
+        # and entry (a frozen dataclass costs ~1 µs to make, and an entry may match hundreds).
+        made = self._matches
+        made_get = made.get
+        candidates: set[RuleId] = set(self._unindexed)
+        positive, first = self._positive, self._first
+        for folded, where_any in hits.items():
+            groups = first.get(folded)
+            if groups:
+                for (mask, written), rule_ids in groups.items():
+                    where = where_any & mask
+                    if where:
+                        field = field_of_bit[where & -where]
+                        key = ("contains", field, written)
+                        found = made_get(key)
+                        if found is None:
+                            found = made[key] = Match("contains", field, written)
+                        out.update(dict.fromkeys(rule_ids, found))
+            users = positive.get(folded)
+            if users:
+                candidates |= users
+        candidates.difference_update(out)  # plain rules decided by their first keyword
         # The inner loop of Condition._decide on the hits, without a call per keyword: the
         # property test in tests/test_rules_matching.py holds the two to the same answers.
         for rule_id in candidates:
@@ -447,12 +503,16 @@ class KeywordIndex(Generic[RuleId]):
             mask = rule.mask
             if rule.exclude and any(hit(k, 0) & mask for k in rule.exclude):
                 continue
-            found: Match | None = None
+            found = None
             if rule.contains:
                 for folded, written in rule.contains:
                     where = hit(folded, 0) & mask
                     if where:
-                        found = Match("contains", rule.first(where), written)
+                        field = field_of_bit[where & -where] if rule.order is None else rule.first(where)
+                        key = ("contains", field, written)
+                        found = made_get(key)
+                        if found is None:
+                            found = made[key] = Match("contains", field, written)
                         break
                 else:
                     continue
