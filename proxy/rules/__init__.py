@@ -5,6 +5,10 @@ Public API:
 * the rule language (:mod:`proxy.rules.schemas`): :class:`ProfileSpec`,
   :class:`RuleSpec` and their parts, pydantic v2 models the REST API validates
   requests with;
+* conditions on entries (:mod:`proxy.rules.matching`): :class:`Condition`
+  (one rule's ``when``; :meth:`Condition.match` says what matched, a
+  :class:`Match`) and :class:`KeywordIndex` (all the rules of a feed, one
+  Aho–Corasick scan per entry field);
 * durations (:mod:`proxy.rules.durations`): :func:`parse_duration`,
   :func:`to_chronons`;
 * the evaluator (:mod:`proxy.rules.evaluator`): :class:`TriggerEvaluator`
@@ -32,6 +36,7 @@ from proxy.rules.evaluator import (
     UnknownFeedError,
     rule_progress,
 )
+from proxy.rules.matching import Condition, KeywordIndex, Match
 from proxy.rules.ports import (
     ChrononGrid,
     ChrononMapping,
@@ -68,6 +73,7 @@ from proxy.rules.update_models import (
 __all__ = [
     "ChrononGrid",
     "ChrononMapping",
+    "Condition",
     "ConditionSpec",
     "DocumentSummary",
     "DurationError",
@@ -76,6 +82,8 @@ __all__ = [
     "FeedModelEstimate",
     "FeedUpdateModels",
     "GammaPrior",
+    "KeywordIndex",
+    "Match",
     "Op",
     "OpenCei",
     "PeriodSpec",
