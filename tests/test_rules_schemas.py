@@ -280,6 +280,8 @@ def test_when_defaults_and_keeps_keywords_as_written() -> None:
 
     spec = ConditionSpec.model_validate({"all": [" Crude  Oil "], "exclude": ["olive"]})
     assert spec.all == ["Crude  Oil"] and spec.contains is None
-    assert spec.fields == ["title", "summary"]
+    # Not given, it stays unset, so the stored spec reads back as submitted.
+    assert spec.fields is None and spec.selected_fields == ("title", "summary")
+    assert spec.model_dump(mode="json", exclude_none=True) == {"all": ["Crude  Oil"], "exclude": ["olive"]}
     every = ConditionSpec.model_validate({"exclude": ["x"], "fields": list(reversed(FIELDS))})
-    assert every.fields == list(reversed(FIELDS))
+    assert every.selected_fields == tuple(reversed(FIELDS))

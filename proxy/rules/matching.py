@@ -218,7 +218,7 @@ class Condition:
             all=spec.all or (),
             exclude=spec.exclude or (),
             regex=spec.regex,
-            fields=spec.fields,  # type: ignore[arg-type]  # validated names of FIELDS
+            fields=spec.selected_fields,  # type: ignore[arg-type]  # validated names of FIELDS
             every_nth=spec.every_nth,
         )
 

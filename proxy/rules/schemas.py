@@ -168,10 +168,6 @@ KeywordList = Annotated[list[Keyword], Field(min_length=1, max_length=100)]
 FieldName = Annotated[str, AfterValidator(_check_field)]
 
 
-def _default_fields() -> list[str]:
-    return list(DEFAULT_FIELDS)
-
-
 class ConditionSpec(_Spec):
     """A condition on the new entries a trigger probe finds; every given part must hold.
 
@@ -192,8 +188,14 @@ class ConditionSpec(_Spec):
     exclude: KeywordList | None = None
     regex: Annotated[str, AfterValidator(_check_regex)] | None = None
     every_nth: int | None = Field(default=None, ge=1, le=1_000_000)
-    fields: list[FieldName] = Field(
-        default_factory=_default_fields, min_length=1, max_length=len(FIELDS)
+    # None, not the default list: a stored spec reads back exactly as submitted (and the
+    # default stays the matcher's to say). ``selected_fields`` is what a condition reads.
+    fields: list[FieldName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=len(FIELDS),
+        description="The entry fields keywords and regex read: any of title, summary, content, "
+        "link, author, categories; default title and summary.",
     )
 
     @field_validator("exclude")
@@ -214,13 +216,18 @@ class ConditionSpec(_Spec):
 
     @field_validator("fields")
     @classmethod
-    def _distinct_fields(cls, fields: list[str]) -> list[str]:
+    def _distinct_fields(cls, fields: list[str] | None) -> list[str] | None:
         seen: set[str] = set()
-        for name in fields:
+        for name in fields or ():
             if name in seen:
                 raise _invalid("duplicate", f"field {name!r} is listed twice in 'fields'")
             seen.add(name)
         return fields
+
+    @property
+    def selected_fields(self) -> tuple[str, ...]:
+        """The fields the condition reads: ``fields`` as given, else title and summary."""
+        return tuple(self.fields) if self.fields is not None else DEFAULT_FIELDS
 
     @model_validator(mode="after")
     def _not_empty(self) -> ConditionSpec:
