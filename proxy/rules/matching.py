@@ -249,7 +249,7 @@ class Condition:
     def _decide(
         self, raw: _RawTexts, first_field: Callable[[_Keyword], FieldName | None]
     ) -> Match | None:
-        # Shared by match() and KeywordIndex: only where keywords occur is computed differently.
+        # The reference order of the parts; KeywordIndex.match inlines the same steps on its hits.
         if any(first_field(k) is not None for k in self.exclude):
             return None
         found: Match | None = None
