@@ -209,7 +209,10 @@ async def serving(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.Asyn
                     assert proc.returncode is None, log.read_text()[-3000:]
                     return False
 
-            await eventually(ready, within=60, what="proxy serve ready")
+            try:
+                await eventually(ready, within=120, what="proxy serve ready")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; its log ends:\n{log.read_text()[-3000:]}") from None
             yield client
     finally:
         if proc.returncode is None:
