@@ -508,7 +508,8 @@ async def restore_database(url: str, file: Path, *, force: bool = False) -> Back
     holder = await _live_lease(url) if present else None
     if holder is not None:
         raise BackupError(f"a `proxy serve` runs on the database ({holder}): stop it before "
-                          "restoring (restoring under it would mix its memory with the backup)")
+                          "restoring (restoring under it would mix its memory with the backup); "
+                          "if it was killed, the lease expires by itself at that time")
     if backend == "sqlite":
         await asyncio.to_thread(_sqlite_restore, file, _sqlite_file(url))
     else:
