@@ -44,7 +44,9 @@ class Databases:
     """Fresh empty databases of one backend, made on demand and dropped at the end."""
 
     def __init__(self, backend: str, tmp_path: Path) -> None:
-        self.backend, self.tmp_path, self.made = backend, tmp_path, list[str]()
+        self.backend = backend
+        self.tmp_path = tmp_path
+        self.made: list[str] = []  # SQLite file paths or PostgreSQL database names
 
     async def new(self) -> str:
         if self.backend == "sqlite":
