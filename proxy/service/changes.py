@@ -19,8 +19,8 @@ cut). So each time the listener is (re)connected, before the notifications
 that follow, it asks for a *resync*: the leader compares the feeds and the
 profiles' ``updated_at`` in the database with what it runs, and installs,
 re-installs or removes what differs (``Replication.resync`` in
-:mod:`proxy.service._replication`). Only a ping sent in a gap is lost (the feed is still probed by the policy). Bad payloads
-are logged and dropped.
+:mod:`proxy.service._replication`). Only a ping sent in a gap is lost (the
+feed is still probed by the policy). Bad payloads are logged and dropped.
 
 A listening connection can also go silent without closing (a NAT or a load
 balancer that dropped an idle connection): nothing tells the listener, and
