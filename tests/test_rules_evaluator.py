@@ -98,7 +98,11 @@ def test_motivating_example_opens_a_trigger_cei_every_three_minutes() -> None:
             [Entry(title="markets"), Entry(summary="crude OIL and gold")],
             [RevealEi("p/0:0", CNN, 1, 11, seal=False), RevealEi("p/0:0", MONEY, 1, 11, seal=True)],
         ),
-        ([Entry(content="boiling point")], [RevealEi("p/0:0", CNN, 1, 11, False), RevealEi("p/0:0", MONEY, 1, 11, True)]),
+        # Issue 43: keywords are whole words ("boiling" is not "oil"), in title and summary
+        # unless the rule's 'fields' says otherwise (content is not read by default).
+        ([Entry(content="boiling point")], [SealCei("p/0:0")]),
+        ([Entry(content="oil spill")], [SealCei("p/0:0")]),
+        ([Entry(summary="(oil)")], [RevealEi("p/0:0", CNN, 1, 11, False), RevealEi("p/0:0", MONEY, 1, 11, True)]),
         # New posts without oil, or no new post at all: complete at rank 1.
         ([Entry(title="gold", summary="silver", content=None)], [SealCei("p/0:0")]),
         ([], [SealCei("p/0:0")]),
@@ -268,7 +272,8 @@ def test_every_nth_counts_entries_seen_outside_windows_and_only_matching_ones() 
         (r"\boil\b", Entry(title="boiling"), False),
         (r"(?i)^BREAKING", Entry(summary="breaking: oil"), True),
         (r"^BREAKING", Entry(summary="breaking: oil"), False),  # case-sensitive unless (?i)
-        (r"\$\d+", Entry(content="up $42 today"), True),
+        (r"\$\d+", Entry(summary="up $42 today"), True),
+        (r"\$\d+", Entry(content="up $42 today"), False),  # content only with 'fields' (issue 43)
         (r"\$\d+", Entry(), False),
     ],
 )
@@ -695,3 +700,77 @@ def test_the_feed_layers_entry_satisfies_entrylike() -> None:
         RevealEi("p/0:0", CNN, 0, 10, False),
         RevealEi("p/0:0", MONEY, 0, 10, True),
     ]
+
+
+# --------------------------------------------------------------------------- issue 43: alerts
+
+def alert_body(when: dict[str, Any] | None = None, **trigger: Any) -> dict[str, Any]:
+    spec = {"feed": "FEED_MISH", "on": "update", **trigger}
+    if when is not None:
+        spec["when"] = when
+    return {"name": "p", "rules": [{"name": "oil alert", "trigger": spec}]}
+
+
+def test_an_alert_is_the_trigger_ei_alone_sealed_fired_when_its_condition_holds() -> None:
+    ev = evaluator(alert_body({"contains": ["oil"]}, slack="3m"))
+    assert ev.on_notification(MISH, 4) == [OpenCei("p/0:0", "p", "p/0", ((MISH, 4, 7),), False)]
+    (seal,) = ev.on_probe(MISH, 5, True, [Entry(title="Oil prices jump")])
+    assert seal == SealCei("p/0:0") and seal.fired
+    ev.on_notification(MISH, 9)
+    (seal,) = ev.on_probe(MISH, 10, True, [Entry(title="Gold prices jump")])
+    assert seal == SealCei("p/0:1") and not seal.fired
+
+
+def test_an_alerts_default_slack_is_fifteen_minutes_and_a_late_probe_still_decides_it() -> None:
+    ev = evaluator(alert_body({"contains": ["oil"]}))
+    # 60 s chronons: [4, 4 + 15]
+    assert ev.on_notification(MISH, 4) == [OpenCei("p/0:0", "p", "p/0", ((MISH, 4, 19),), False)]
+    # The probe that finds the entry after the window: the engine has missed the CEI, but
+    # the user is told that the rule fired (the missed event carries it).
+    (seal,) = ev.on_probe(MISH, 30, True, [Entry(summary="crude oil at $90")])
+    assert seal == SealCei("p/0:0") and seal.fired
+
+
+def test_an_alert_found_by_a_probe_opens_and_decides_in_the_same_probe() -> None:
+    # Pull only: the probe finds an entry dated in chronon 6, after a success at 2.
+    ev = evaluator(alert_body({"contains": ["oil"]}, slack="5m"))
+    assert ev.on_probe(MISH, 2, True, [Entry(title="old")]) == []
+    ops = ev.on_probe(MISH, 8, True, [Entry(title="Oil!", published=GRID.start_of(6))],
+                      previous_success=2)
+    assert ops == [OpenCei("p/0:0", "p", "p/0", ((MISH, 6, 11),), False), SealCei("p/0:0")]
+    assert ops[1].fired  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("when", "entry", "fires"),
+    [
+        ({"all": ["oil", "iran"]}, Entry(title="Oil and Iran"), True),
+        ({"all": ["oil", "iran"]}, Entry(title="Oil and gas"), False),
+        ({"exclude": ["opinion"]}, Entry(title="Opinion: oil"), False),
+        ({"exclude": ["opinion"]}, Entry(title="Oil"), True),
+        ({"contains": ["oil"], "exclude": ["opinion"]}, Entry(title="oil", summary="an OPINION piece"), False),
+        ({"contains": ["oil"], "fields": ["author"]}, Entry(title="oil", author="Mr Smith"), False),
+        ({"contains": ["smith"], "fields": ["author"]}, Entry(title="oil", author="Mr Smith"), True),
+        ({"contains": ["energy"], "fields": ["categories"]}, Entry(categories=("Energy", "World")), True),
+        ({"contains": ["oil"], "fields": ["content"]}, Entry(content="oil spill"), True),
+    ],
+)
+def test_conditions_on_fields_all_and_exclude_decide_the_alert(
+    when: dict[str, Any], entry: Entry, fires: bool
+) -> None:
+    ev = evaluator(alert_body(when))
+    ev.on_notification(MISH, 1)
+    (seal,) = ev.on_probe(MISH, 1, True, [entry])
+    assert seal == SealCei("p/0:0") and seal.fired is fires
+
+
+def test_removing_a_rule_takes_its_keywords_out_of_the_feeds_index() -> None:
+    ev = TriggerEvaluator(GRID)
+    ev.add_profile("a", ProfileSpec.model_validate(alert_body({"contains": ["oil"]})), FEEDS)
+    ev.add_profile("b", ProfileSpec.model_validate(alert_body({"contains": ["gold"]})), FEEDS)
+    ev.remove_profile("a")
+    ev.on_notification(MISH, 1)
+    (seal,) = ev.on_probe(MISH, 1, True, [Entry(title="oil"), Entry(title="gold")])
+    assert seal == SealCei("b/0:0") and seal.fired
+    ev.remove_profile("b")
+    assert not ev._index  # no empty automaton left behind

@@ -173,7 +173,6 @@ T: list[str | int] = ["rules", 0, "trigger"]
         (_with(["rules", 0, "query", 1, "within"], _DELETE), "rules.0.query.1", "exactly one of 'within'"),
         (_with(["rules", 0, "query", 1, "feed"], "FEED_CNN"), "rules.0.query", "feed 'FEED_CNN' is queried twice"),
         (_with(["rules", 0, "query"], []), "rules.0.query", "at least 1 item"),
-        (_with(["rules", 0, "query"], _DELETE), "rules.0", "needs 'query'"),
         (_with(["rules", 0, "watch"], {"feeds": ["A"], "within": "1m"}), "rules.0", "exactly one of 'trigger' or 'watch'"),
         (_with(["rules"], []), "rules", "at least 1 item"),
         (_with(["name"], "  "), "name", "at least 1 character"),
@@ -285,3 +284,16 @@ def test_when_defaults_and_keeps_keywords_as_written() -> None:
     assert spec.model_dump(mode="json", exclude_none=True) == {"all": ["Crude  Oil"], "exclude": ["olive"]}
     every = ConditionSpec.model_validate({"exclude": ["x"], "fields": list(reversed(FIELDS))})
     assert every.selected_fields == tuple(reversed(FIELDS))
+
+
+def test_a_trigger_without_query_is_a_single_feed_alert() -> None:
+    # Issue 43: "this feed, these words" is one rule: a rank-1 CEI, the trigger's EI alone.
+    spec = ProfileSpec.model_validate({"name": "p", "rules": [
+        {"name": "oil", "trigger": {"feed": "7", "on": "update", "when": {"contains": ["oil"]}}}]})
+    rule = spec.rules[0]
+    assert rule.kind == "alert" and rule.query is None
+    assert spec.feed_ids() == ["7"]
+    with_query = ProfileSpec.model_validate({"name": "p", "rules": [
+        {"name": "oil", "trigger": {"feed": "7", "every": "3m"},
+         "query": [{"feed": "8", "within": "10m"}]}]})
+    assert with_query.rules[0].kind == "trigger"

@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from proxy.core.discovery import waiting_share
 from proxy.errors import ValidationError
-from proxy.rules._regex import MAX_TEXT, CompiledRegex, compile_safe_regex
 from proxy.rules.durations import parse_duration, to_chronons
+from proxy.rules.matching import Condition, KeywordIndex, Match
 from proxy.rules.ports import (
     ChrononGrid,
     ChrononMapping,
@@ -100,6 +100,11 @@ MAX_OVERWRITE = 1440
 """The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
 expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
 
+ALERT_SLACK = "15m"
+"""A single-feed alert's default ``slack`` (a trigger without ``query``, issue 43): how long
+after the feed's update the probe that finds it still captures the alert. Fifteen minutes,
+the poll interval of a typical feed reader; at least one chronon."""
+
 
 # --------------------------------------------------------------------------- errors
 
@@ -120,32 +125,25 @@ class RuleStateError(ValidationError):
 # --------------------------------------------------------------------------- compiled rules
 
 
-@dataclass(frozen=True, slots=True)
-class _Condition:
-    keywords: tuple[str, ...]  # casefolded
-    regex: CompiledRegex | None  # RE2: linear in the text (issue 24.5)
-    every_nth: int | None
-
-    def matches(self, entry: _Prepared) -> bool:
-        if self.keywords and not any(k in text for k in self.keywords for text in entry.folded):
-            return False
-        return self.regex is None or any(self.regex.search(t) for t in entry.texts)
+def _selective(condition: Condition) -> bool:
+    """Whether ``condition`` picks entries (keywords or a regex), not only counts them."""
+    return bool(condition.contains or condition.all or condition.exclude or condition.regex)
 
 
 class _Prepared:
-    """An entry's capped texts, casefolded once per probe however many rules read them."""
+    """A new entry, matched once per probe against its feed's :class:`KeywordIndex`, however
+    many rules read it (issue 43: one automaton per feed, not a loop over rules)."""
 
-    __slots__ = ("_folded", "texts")
+    __slots__ = ("_matches", "entry")
 
     def __init__(self, entry: EntryLike) -> None:
-        self.texts = [t[:MAX_TEXT] for t in (entry.title, entry.summary, entry.content) if t]
-        self._folded: list[str] | None = None
+        self.entry = entry
+        self._matches: dict[str, Match] | None = None
 
-    @property
-    def folded(self) -> list[str]:
-        if self._folded is None:
-            self._folded = [t.casefold() for t in self.texts]
-        return self._folded
+    def matches(self, index: KeywordIndex[str]) -> dict[str, Match]:
+        if self._matches is None:
+            self._matches = index.match(self.entry)
+        return self._matches
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +170,7 @@ class _TriggerRule:
     every: int  # chronons; 0 unless mode == "every"
     slack: int
     cron: CronTrigger | None
-    condition: _Condition | None
+    condition: Condition | None
     queries: tuple[_Query, ...]
     period: _Period
     backfill: int  # entries from before the rule its first probe may fire on
@@ -262,6 +260,8 @@ class TriggerEvaluator:
         self._trigger_state: dict[str, _TriggerState] = {}
         self._watch_state: dict[str, _WatchState] = {}
         self._by_resource: dict[int, list[str]] = {}  # feed -> rules that trigger/watch it
+        # feed -> its trigger rules' conditions in one automaton (issue 43)
+        self._index: dict[int, KeywordIndex[str]] = {}
         self._readers: dict[int, int] = {}  # feed -> rules that trigger on, watch or query it
         self._open_index: dict[str, str] = {}  # open CEI id -> rule id
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
@@ -330,6 +330,11 @@ class TriggerEvaluator:
             self._unanchored.pop(rule_id, None)
             del self._order[rule_id]
             if isinstance(rule, _TriggerRule):
+                index = self._index.get(rule.resource)
+                if index is not None and rule_id in index:
+                    index.remove(rule_id)
+                    if not len(index):
+                        del self._index[rule.resource]
                 tstate = self._trigger_state.pop(rule_id)
                 self._retired_seq[rule_id] = tstate.seq
                 for cei_id in tstate.open:
@@ -417,6 +422,9 @@ class TriggerEvaluator:
             if isinstance(rule, _TriggerRule):
                 self._trigger_state[rule.rule_id] = _TriggerState(
                     seq=seq, since=since, baselined=since is None)
+                if rule.condition is not None and _selective(rule.condition):
+                    self._index.setdefault(rule.resource, KeywordIndex()).add(
+                        rule.rule_id, rule.condition)
                 if rule.mode != "notify":
                     self._unanchored[rule.rule_id] = None
                 feeds: tuple[int, ...] = (rule.resource,)
@@ -578,15 +586,8 @@ class TriggerEvaluator:
                 period=period,
             )
         trigger = rule.trigger
-        assert trigger is not None and rule.query is not None  # guaranteed by RuleSpec
-        condition = None
-        if trigger.when is not None:
-            when = trigger.when
-            condition = _Condition(
-                keywords=tuple(k.casefold() for k in when.contains or ()),
-                regex=None if when.regex is None else compile_safe_regex(when.regex),
-                every_nth=when.every_nth,
-            )
+        assert trigger is not None  # guaranteed by RuleSpec
+        condition = None if trigger.when is None else Condition.from_spec(trigger.when)
         cron = None
         if trigger.cron is not None:
             from apscheduler.triggers.cron import CronTrigger
@@ -601,13 +602,16 @@ class TriggerEvaluator:
             resource=resource(trigger.feed, "trigger.feed"),
             mode=mode,
             every=chronons(trigger.every, minimum=1) if trigger.every is not None else 0,
-            # The default slack is one chronon: a window the scheduler can actually choose in.
-            slack=chronons(trigger.slack) if trigger.slack is not None else 1,
+            # The default slack is one chronon: a window the scheduler can actually choose in;
+            # a single-feed alert's is ALERT_SLACK (a reader's poll interval), at least that.
+            slack=(chronons(trigger.slack) if trigger.slack is not None
+                   else 1 if rule.query is not None
+                   else max(1, chronons(ALERT_SLACK))),
             cron=cron,
             condition=condition,
             queries=tuple(
                 _Query(resource(q.feed, f"query.{j}.feed"), None if q.within is None else chronons(q.within))
-                for j, q in enumerate(rule.query)
+                for j, q in enumerate(rule.query or ())
             ),
             period=period,
             backfill=trigger.backfill or 0,
@@ -737,7 +741,12 @@ class TriggerEvaluator:
                 baseline = [_Prepared(e) for e in self._after_baseline(rule, state, seen)]
                 state.baselined = True
                 self._dirty.add(rule_id)
-            due = [c for c, (s, f) in state.open.items() if s <= started_chronon <= f]
+            # An alert's CEI is decided by the probe that finds its update, even late (its
+            # engine outcome, captured or missed, is the window's): the user is told what
+            # matched either way. A query rule's trigger EI is decided only inside its window.
+            alert = not rule.queries
+            due = [c for c, (s, f) in state.open.items()
+                   if s <= started_chronon and (alert or started_chronon <= f)]
             counting = rule.condition is not None and rule.condition.every_nth is not None
             if not due and not counting:
                 # Nothing to decide. A temporal rule's next check still sees what this probe
@@ -1101,10 +1110,15 @@ class TriggerEvaluator:
         cond = rule.condition
         if cond is None:
             return bool(entries)
-        matches = cond.keywords or cond.regex
-        if cond.every_nth is None:  # any match will do: stop at the first
-            return any(cond.matches(e) for e in entries) if matches else bool(entries)
-        matching = sum(1 for e in entries if cond.matches(e)) if matches else len(entries)
+        index = self._index.get(rule.resource) if _selective(cond) else None
+        if index is None:
+            matching = len(entries)
+        elif cond.every_nth is None:  # any match will do: stop at the first
+            return any(rule.rule_id in e.matches(index) for e in entries)
+        else:
+            matching = sum(1 for e in entries if rule.rule_id in e.matches(index))
+        if cond.every_nth is None:
+            return matching > 0
         before = state.nth_count
         state.nth_count += matching
         if matching:
@@ -1113,6 +1127,8 @@ class TriggerEvaluator:
         return state.nth_count // cond.every_nth > before // cond.every_nth
 
     def _query_eis(self, rule: _TriggerRule, cei_id: str, t: int) -> list[Op]:
+        if not rule.queries:  # a single-feed alert: the trigger's EI alone, fired
+            return [SealCei(cei_id, fired=True)]
         ops: list[Op] = []
         last = len(rule.queries) - 1
         for i, q in enumerate(rule.queries):

@@ -102,6 +102,9 @@ class SealCei:
     """No EI will join this CEI any more: ``engine.seal(cei_id)``."""
 
     cei_id: str
+    # A single-feed alert fires by its seal (its rule's condition held), having no query
+    # EI to reveal. Not part of equality: bookkeeping for the store, as OpenCei.fired.
+    fired: bool = field(default=False, compare=False)
 
 
 Op = OpenCei | RevealEi | SealCei

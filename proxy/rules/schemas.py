@@ -384,7 +384,11 @@ def _distinct_targets(targets: list[NotifySpec] | None) -> list[NotifySpec] | No
 
 
 class RuleSpec(_Spec):
-    """One notification rule: exactly one of ``trigger`` (with ``query``) or ``watch``.
+    """One notification rule: exactly one of ``trigger`` or ``watch``.
+
+    A trigger with ``query`` probes the query feeds when it fires (the main paper's
+    CEI); without ``query`` it is a **single-feed alert**: a rank-1 CEI, the trigger's
+    EI alone, fired when its condition holds on the entries the deciding probe found.
 
     ``notify``, when given (even empty), replaces the profile's ``notify`` for this rule's CEIs.
     """
@@ -405,8 +409,6 @@ class RuleSpec(_Spec):
     def _one_kind(self) -> RuleSpec:
         if (self.trigger is None) == (self.watch is None):
             raise _invalid("rule", "a rule needs exactly one of 'trigger' or 'watch'")
-        if self.trigger is not None and self.query is None:
-            raise _invalid("rule", "a trigger rule needs 'query': the feeds to probe when it fires")
         if self.watch is not None and self.query is not None:
             raise _invalid("rule", "a watch rule takes no 'query': its EIs are the watched feeds")
         return self
@@ -422,8 +424,11 @@ class RuleSpec(_Spec):
         return query
 
     @property
-    def kind(self) -> Literal["trigger", "watch"]:
-        return "trigger" if self.trigger is not None else "watch"
+    def kind(self) -> Literal["alert", "trigger", "watch"]:
+        """``alert``: a trigger without ``query`` (a rank-1 CEI, the trigger's EI alone)."""
+        if self.trigger is None:
+            return "watch"
+        return "trigger" if self.query is not None else "alert"
 
 
 _EXAMPLES: list[JsonValue] = [

@@ -77,9 +77,10 @@ class AddEi:
 
 @dataclass(frozen=True, slots=True)
 class Seal:
-    """No more EIs will join the CEI."""
+    """No more EIs will join the CEI; ``fired``: a single-feed alert fired by this seal."""
 
     cei_id: str
+    fired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,7 +626,8 @@ class Writer:
             eis = [(s.cei_id, s.ei) for s in step.steps if isinstance(s, AddEi)]
             seal = [s.cei_id for s in step.steps if isinstance(s, Seal)]
             seal += [s.cei_id for s in step.steps if isinstance(s, AddEi) and s.seal]
-            for cei_id, by_ordinal in (await store.add_eis(eis, seal)).items():
+            fired = [s.cei_id for s in step.steps if isinstance(s, Seal) and s.fired]
+            for cei_id, by_ordinal in (await store.add_eis(eis, seal, fired=fired)).items():
                 rnd.ei_ids.setdefault(cei_id, {}).update(by_ordinal)
         elif isinstance(step, OpenCeis):
             rnd.ei_ids.update(await store.add_ceis([
@@ -643,7 +645,7 @@ class Writer:
             if step.seal:
                 await store.seal_cei(step.cei_id)
         elif isinstance(step, Seal):
-            await store.seal_cei(step.cei_id)
+            await store.seal_cei(step.cei_id, fired=step.fired)
         elif isinstance(step, Captured):
             # Captured outside a probe's own write: an EI revealed after a successful probe of
             # its feed within its window (the engine's history). That probe is in the database

@@ -217,7 +217,7 @@ def _rule(
         return PlanWatch(profile, tuple(feed(f) for f in rule.watch.feeds), chronons(rule.watch.within),
                          first, last)
     trigger = rule.trigger
-    queries = tuple(PlanQuery(feed(q.feed), None if q.within is None else chronons(q.within)) for q in rule.query)
+    queries = tuple(PlanQuery(feed(q.feed), None if q.within is None else chronons(q.within)) for q in rule.query or ())
     fires: tuple[int, ...] | None = None
     if trigger.every is not None:
         every = chronons(trigger.every, minimum=1)

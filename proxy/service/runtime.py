@@ -84,9 +84,9 @@ def check_feeds(
             for j, feed in enumerate(rule.watch.feeds):
                 need(feed, f"rules.{i}.watch.feeds.{j}")
             continue
-        assert rule.trigger is not None and rule.query is not None
+        assert rule.trigger is not None
         need(rule.trigger.feed, f"rules.{i}.trigger.feed")
-        for j, q in enumerate(rule.query):
+        for j, q in enumerate(rule.query or ()):
             need(q.feed, f"rules.{i}.query.{j}.feed")
     return list(out)
 
@@ -95,8 +95,8 @@ def rule_feed_ids(spec: ProfileSpec, index: int) -> tuple[int, ...]:
     rule = spec.rules[index]
     if rule.watch is not None:
         return tuple(int(f) for f in rule.watch.feeds)
-    assert rule.trigger is not None and rule.query is not None
-    return tuple(dict.fromkeys([int(rule.trigger.feed), *(int(q.feed) for q in rule.query)]))
+    assert rule.trigger is not None
+    return tuple(dict.fromkeys([int(rule.trigger.feed), *(int(q.feed) for q in rule.query or ())]))
 
 
 @dataclass
@@ -195,7 +195,7 @@ class Runtime:
                     steps.append(AddEi(op.cei_id, ei, op.seal))
                 else:
                     engine.seal(op.cei_id)
-                    steps.append(Seal(op.cei_id))
+                    steps.append(Seal(op.cei_id, op.fired))
             except (KeyError, ValueError) as exc:
                 # Cannot happen by construction: CEI ids are never reused (high-water mark on
                 # restore) and a restore closes in the evaluator every CEI the engine does not

@@ -531,10 +531,12 @@ class ProfilesAndCeis(Outbox):
         return out
 
     async def add_eis(
-        self, eis: Sequence[tuple[str, NewEi]], seal: Sequence[str] = ()
+        self, eis: Sequence[tuple[str, NewEi]], seal: Sequence[str] = (),
+        *, fired: Sequence[str] = (),
     ) -> dict[str, dict[int, int]]:
         """Add EIs to existing CEIs and seal CEIs, in ONE transaction; EIs of CEIs that no
-        longer exist are skipped; a CEI that gains an EI has fired (its condition held).
+        longer exist are skipped; a CEI that gains an EI has fired (its condition held), and
+        so has each of ``fired`` (single-feed alerts, which fire by their seal).
         Returns the stored EI ids by CEI id and ordinal. Raises
         :class:`ConflictError` if an ordinal is taken (nothing is stored then)."""
         out: dict[str, dict[int, int]] = {}
@@ -555,7 +557,7 @@ class ProfilesAndCeis(Outbox):
                     await conn.execute(insert(EiRow), rows)
                 except IntegrityError:
                     raise ConflictError("an EI ordinal is already taken") from None
-            grown = sorted({cid for cid, _ in eis if cid in alive})
+            grown = sorted({cid for cid, _ in eis if cid in alive} | {c for c in fired if c in alive})
             for chunk in _chunks(grown):
                 await conn.execute(update(CeiRow).where(_among(conn, CeiRow.id, chunk)).values(fired=True))
             sealed = [cid for cid in seal if cid in alive]
@@ -584,11 +586,12 @@ class ProfilesAndCeis(Outbox):
             ).one()
         return _ei(row)
 
-    async def seal_cei(self, cei_id: str) -> None:
-        """Mark a CEI complete: no more EIs will be added."""
+    async def seal_cei(self, cei_id: str, *, fired: bool = False) -> None:
+        """Mark a CEI complete: no more EIs will be added; ``fired``: and its rule fired."""
+        values: dict[str, bool] = {"sealed": True, **({"fired": True} if fired else {})}
         async with self._tx() as conn:
             result = await conn.execute(
-                update(CeiRow).where(CeiRow.id == cei_id).values(sealed=True)
+                update(CeiRow).where(CeiRow.id == cei_id).values(**values)
             )
             if not result.rowcount:
                 raise NotFoundError("CEI", cei_id)
