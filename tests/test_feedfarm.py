@@ -378,3 +378,25 @@ async def test_per_feed_formats() -> None:
     assert (farm.format_of("a"), farm.format_of("b")) == (FeedFormat.RSS, FeedFormat.ATOM)
     with pytest.raises(ValueError, match="feed 'a': format must be 'rss' or 'atom', got 'json'"):
         FeedFarm(["a"], formats={"a": "json"})
+
+
+async def test_edit_and_reverse_make_new_versions_without_new_entries(
+    farm: FeedFarm, client: httpx.AsyncClient
+) -> None:
+    first = farm.publish("4", title="Oil report", summary="crude oil up")
+    before = await client.get(farm.url("4"))
+    etag = before.headers["etag"]
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    farm.edit("4", first, title="Oil report (corrected)", published=later)
+    edited = await client.get(farm.url("4"), headers={"If-None-Match": etag})
+    assert edited.status_code == 200  # a new version, not a 304
+    assert rss_guids(edited.content) == rss_guids(before.content)  # same ids, same order
+    titles = [t.text for t in ET.fromstring(edited.content).iter("title")]
+    assert titles[1] == "Oil report (corrected)"
+    assert farm.entries("4")[0].published == later
+    assert [p.entry_id for p in farm.publications] == [first]  # an edit is no publication
+    farm.reverse("4")
+    reversed_body = (await client.get(farm.url("4"))).content
+    assert rss_guids(reversed_body) == list(reversed(rss_guids(before.content)))
+    with pytest.raises(KeyError):
+        farm.edit("4", "urn:feedfarm:4:999", title="x")

@@ -29,6 +29,7 @@ The farm deliberately does not: model network latency, serve TLS, honour
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -372,6 +373,44 @@ class FeedFarm:
         if self._base_url is not None and (self._ping is not None or self._ping_targets):
             self._pinger.submit(pub, self.url(feed_id))
         return entry.entry_id
+
+    def edit(
+        self,
+        feed_id: str,
+        entry_id: str,
+        *,
+        title: str | None = None,
+        summary: str | None = None,
+        published: datetime | None = None,
+    ) -> None:
+        """Edit an entry in place, as publishers do (a typo fixed, a date corrected): same
+        id and place in the document, a new document version.  Not a publication."""
+        feed = self._feed(feed_id)
+        for i, entry in enumerate(feed.entries):
+            if entry.entry_id == entry_id:
+                if published is not None and published.tzinfo is None:
+                    raise ValueError("published must be timezone-aware")
+                feed.entries[i] = dataclasses.replace(
+                    entry,
+                    title=entry.title if title is None else title,
+                    summary=entry.summary if summary is None else summary,
+                    published=entry.published if published is None else published,
+                )
+                self._new_version(feed)
+                return
+        raise KeyError(f"feed {feed_id!r} shows no entry {entry_id!r}")
+
+    def reverse(self, feed_id: str) -> None:
+        """Serve the feed's entries in the opposite order (oldest first), as some feeds do
+        after a template change.  A new document version; no entry is added."""
+        feed = self._feed(feed_id)
+        feed.entries = deque(reversed(feed.entries), maxlen=feed.entries.maxlen)
+        self._new_version(feed)
+
+    def _new_version(self, feed: _Feed) -> None:
+        feed.cache.clear()
+        feed.responses.clear()
+        feed.last_modified = feed.last_modified + timedelta(seconds=1)
 
     def backfill(self, feed_id: str, dates: Iterable[datetime]) -> int:
         """Add entries that existed before the run, with these document dates; returns how many.
