@@ -82,6 +82,7 @@ from proxy.feeds.ssrf import (
     literal_address,
     redact_url,
 )
+from proxy.feeds.websub import discover
 
 __all__ = [
     "DEFAULT_USER_AGENT",
@@ -626,6 +627,7 @@ class Fetcher:
                 detail=f"{type(exc).__name__}: {exc}",
             )
         entries, new = split_new(parsed.entries, known)
+        push = discover(body, headers.get("link"), final_url)
         return Ok(
             state=FeedState(
                 url=moved_to or state.url,
@@ -641,6 +643,8 @@ class Fetcher:
             parser=parsed.parser,
             warning=parsed.warning,
             final_url=final_url,
+            hub=push.hub if push else None,
+            self_url=push.self_url if push else None,
         )
 
     def _cache_hint(

@@ -96,7 +96,7 @@ def encode_result(result: ProbeResult) -> tuple[Any, ...]:
         entries = tuple((e.identity, e.title, e.link, e.summary, e.content, _us(e.published))
                         for e in result.entries)
         return (_OK, head, entries, result.feed_title, result.parser, result.warning,
-                result.final_url)
+                result.final_url, result.hub, result.self_url)
     if isinstance(result, NotModified):
         return (_NOT_MODIFIED, head)
     return (_OTHER, result)
@@ -113,12 +113,12 @@ def decode_result(data: tuple[Any, ...], known: KnownEntries) -> ProbeResult:
     if kind == _NOT_MODIFIED:
         return NotModified(state=state, elapsed=elapsed, not_before=_dt(not_before),
                            moved_to=moved_to)
-    _, _, rows, feed_title, parser, warning, final_url = data
+    _, _, rows, feed_title, parser, warning, final_url, hub, self_url = data
     parsed = [Entry(i, t, link, summary, content, _dt(p)) for i, t, link, summary, content, p in rows]
     entries, new = split_new(parsed, known)
     return Ok(state=state, elapsed=elapsed, not_before=_dt(not_before), moved_to=moved_to,
               entries=entries, new=new, feed_title=feed_title, parser=parser, warning=warning,
-              final_url=final_url)
+              final_url=final_url, hub=hub, self_url=self_url)
 
 
 # The worker reports every entry; the pool's caller decides what is new.

@@ -169,6 +169,10 @@ class Ok(_Result):
     warning: str | None = None
     """Set when the document was ill-formed but still yielded entries (feedparser's bozo)."""
     final_url: str = ""
+    hub: str | None = None
+    """The WebSub hub the feed advertises (header or document; :mod:`proxy.feeds.websub`)."""
+    self_url: str | None = None
+    """The topic URL (``rel="self"``) the feed advertises, when it names a hub."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
