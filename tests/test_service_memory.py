@@ -142,3 +142,18 @@ def test_a_cei_the_evaluator_holds_open_keeps_its_verdict_until_released() -> No
     rt.engine.advance(t)
     rt.forget_resolved(t)
     assert not _known(rt, f"r{RULE}:0")
+
+
+def test_the_heap_trim_hands_back_free_memory_where_the_c_library_is_glibc() -> None:
+    import platform
+
+    from proxy.service._heap import _malloc_trim, trim_heap
+
+    garbage = [bytes(4096) for _ in range(10_000)]  # 40 MiB in blocks glibc serves, then freed
+    del garbage
+    released = trim_heap()
+    assert isinstance(released, bool)
+    if platform.libc_ver()[0] == "glibc":
+        assert _malloc_trim() is not None
+    else:
+        assert released is False

@@ -1,4 +1,4 @@
-"""The leader's periodic jobs (APScheduler): retention, the feeds' health roll-up, saving the update models.
+"""The leader's periodic jobs (APScheduler): retention, the feeds' health roll-up, saving the update models, trimming the heap.
 
 They run only while this process leads: the lifecycle starts them once the
 restore is done (:meth:`Housekeeping.start`) and stops them when it steps down or
@@ -12,12 +12,14 @@ job early (each logs its failure and runs again at its next interval).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
 import structlog
 
 from proxy.errors import StorageError
+from proxy.service._heap import trim_heap
 from proxy.service._shared import Shared
 from proxy.service._update_models import UpdateModels
 
@@ -43,6 +45,8 @@ class Housekeeping:
                           coalesce=True, max_instances=1)
         scheduler.add_job(self._models.save, "interval", minutes=5, id="update-models",
                           coalesce=True, max_instances=1)
+        scheduler.add_job(self.trim_heap, "interval", minutes=1, id="heap-trim",
+                          coalesce=True, max_instances=1)
         scheduler.start()
         self._scheduler = scheduler
 
@@ -66,6 +70,11 @@ class Housekeeping:
             return
         log.info("purged", probes=result.probes, entries=result.entries,
                  deliveries=result.deliveries, events=result.events, cutoff=cutoff.isoformat())
+
+    async def trim_heap(self) -> None:
+        """Hand the C heap's free memory back to the OS (``proxy.service._heap``), on a thread:
+        resident memory then follows the live heap instead of glibc's high-water mark."""
+        await asyncio.to_thread(trim_heap)
 
     async def refresh_feed_health(self) -> None:
         """Roll-up: reconcile disabled flags changed outside the loop (e.g. by an operator)."""
