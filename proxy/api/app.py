@@ -43,6 +43,7 @@ from proxy.api.routes_notify import router as notify_router
 from proxy.api.routes_opml import router as opml_router
 from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
+from proxy.api.routes_rules import router as rules_router
 from proxy.api.schemas import ReadyOut
 from proxy.errors import AuthError
 from proxy.service import ProxyService
@@ -99,6 +100,7 @@ def make_app(
     app.include_router(feeds_router)
     app.include_router(keys_router)
     app.include_router(profiles_router)
+    app.include_router(rules_router)
     app.include_router(notify_router)
     app.include_router(plan_router)
     install_web(app, settings)  # the pages under /ui (issue 20)

@@ -30,6 +30,7 @@ room                                   holds
 :mod:`~proxy.service._replication`     API replicas' changes forwarded to, applied by, the leader
 :mod:`~proxy.service._deliveries`      event streams; deliveries' and targets' operations
 :mod:`~proxy.service._reads`           readiness, liveness, plans, flush
+:mod:`~proxy.service._dry_run`         a rule tried on its feeds' documents (dry run)
 =====================================  ====================================================
 
 What it does not do: speak HTTP (``proxy.api``) or parse settings (``proxy.settings``).
@@ -43,9 +44,16 @@ from collections.abc import AsyncIterator, Callable
 
 from proxy.feeds import FeedUrlRefusedError, Prober
 from proxy.notify.senders import Sender
-from proxy.rules import FeedModelEstimate, FeedUpdateModels, ProfileSpec, UpdateModelSettings
+from proxy.rules import (
+    FeedModelEstimate,
+    FeedUpdateModels,
+    ProfileSpec,
+    RuleSpec,
+    UpdateModelSettings,
+)
 from proxy.service._arrivals import Arrivals
 from proxy.service._deliveries import Deliveries
+from proxy.service._dry_run import DryRuns, RuleTrial
 from proxy.service._host import LoopHost
 from proxy.service._housekeeping import Housekeeping
 from proxy.service._lifecycle import ORIGIN_KEY, SQLITE_ROUND_SECONDS, SUCCESS_OUTCOMES, Lifecycle
@@ -145,6 +153,7 @@ class ProxyService:
         self._registrations = Registrations(shared, self._arrivals)
         self._profiles = Profiles(shared, self._models, self.profile_changes)
         self._reads = Reads(shared, self._models)
+        self._dry_runs = DryRuns(shared)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -325,6 +334,11 @@ class ProxyService:
     async def status_of(self, profile: Profile) -> ProfileStatus:
         """:meth:`profile_status` of a profile already read (its owner's, so checked)."""
         return await self._profiles.status_of(profile)
+
+    async def try_rule(self, user_id: int, rule: RuleSpec) -> RuleTrial:
+        """A dry run of one rule on its feeds' current documents: which entries it would
+        match and why (:mod:`~proxy.service._dry_run`); nothing is stored, no budget spent."""
+        return await self._dry_runs.try_rule(user_id, rule)
 
     # ------------------------------------------------------------------ delivery
 
