@@ -85,15 +85,22 @@ def _rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def render_rss(feed_id: str, base_url: str, entries: Iterable[Entry], updated: datetime) -> bytes:
-    """An RSS 2.0 document listing ``entries`` newest first."""
+def render_rss(
+    feed_id: str, base_url: str, entries: Iterable[Entry], updated: datetime, hub: str | None = None
+) -> bytes:
+    """An RSS 2.0 document listing ``entries`` newest first; with ``hub``, the channel
+    advertises it and its own URL as ``<atom:link rel="hub"/"self">`` (WebSub §4)."""
     home = f"{base_url}/feeds/{feed_id}"
+    ns = ' xmlns:atom="http://www.w3.org/2005/Atom"' if hub else ""
     parts = [
-        '<?xml version="1.0" encoding="utf-8"?>\n<rss version="2.0"><channel>',
+        f'<?xml version="1.0" encoding="utf-8"?>\n<rss version="2.0"{ns}><channel>',
         f"<title>Farm feed {escape(feed_id)}</title><link>{escape(home)}</link>",
         f"<description>Synthetic feed {escape(feed_id)} of the local feed farm</description>",
         f"<lastBuildDate>{http_date(updated)}</lastBuildDate>",
     ]
+    if hub:
+        parts.append(f'<atom:link rel="hub" href={quoteattr(hub)}/>'
+                     f'<atom:link rel="self" href={quoteattr(home + ".xml")}/>')
     parts.extend(
         f"<item><title>{escape(e.title)}</title>"
         f"<link>{escape(base_url + e.link_path)}</link>"
@@ -106,8 +113,11 @@ def render_rss(feed_id: str, base_url: str, entries: Iterable[Entry], updated: d
     return "\n".join(parts).encode()
 
 
-def render_atom(feed_id: str, base_url: str, entries: Iterable[Entry], updated: datetime) -> bytes:
-    """An Atom (RFC 4287) document listing ``entries`` newest first."""
+def render_atom(
+    feed_id: str, base_url: str, entries: Iterable[Entry], updated: datetime, hub: str | None = None
+) -> bytes:
+    """An Atom (RFC 4287) document listing ``entries`` newest first; with ``hub``, a
+    ``<link rel="hub">`` beside its ``rel="self"`` (WebSub §4)."""
     home = f"{base_url}/feeds/{feed_id}"
     parts = [
         '<?xml version="1.0" encoding="utf-8"?>\n<feed xmlns="http://www.w3.org/2005/Atom">',
@@ -115,6 +125,7 @@ def render_atom(feed_id: str, base_url: str, entries: Iterable[Entry], updated: 
         f"<id>urn:feedfarm:{escape(feed_id)}</id>",
         f"<updated>{_rfc3339(updated)}</updated>",
         f'<link rel="self" href={quoteattr(home + ".atom")}/><link href={quoteattr(home)}/>',
+        f"<link rel=\"hub\" href={quoteattr(hub)}/>" if hub else "",
         # RFC 4287 §4.1.1: a feed without per-entry authors needs a feed-level author.
         "<author><name>feed farm</name></author>",
     ]

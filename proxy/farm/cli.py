@@ -111,6 +111,14 @@ def serve(
         float, typer.Option(help="Share of (undropped) pings that wait --ping-delay.")
     ] = 1.0,
     ping_seed: Annotated[int | None, typer.Option(help="Seed of ping drops and delays.")] = None,
+    hub: Annotated[
+        str | None,
+        typer.Option(help="A WebSub hub: feeds advertise it and POST hub.mode=publish per entry."),
+    ] = None,
+    push_share: Annotated[
+        float, typer.Option(help="Share of the feeds that advertise --hub (seeded by --push-seed).")
+    ] = 1.0,
+    push_seed: Annotated[int | None, typer.Option(help="Seed of the --push-share draw.")] = None,
     fault: Annotated[
         list[str] | None,
         typer.Option(
@@ -179,6 +187,9 @@ def serve(
             ping_delay=_parse_delay(ping_delay),
             ping_delay_rate=ping_delay_rate,
             ping_seed=ping_seed,
+            hub=hub,
+            push_share=push_share,
+            push_seed=push_seed,
             host=host,
             also_hosts=also_host or (),
             port=port,
@@ -251,5 +262,6 @@ async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:
             "by_status": {str(k): v for k, v in sorted(stats.by_status.items())},
             "publications": len(farm.publications),
             "pings": dict(Counter(r.outcome for r in farm.pings)),
+            "hub_publishes": dict(Counter(r.outcome for r in farm.hub_publishes)),
         }
     print(json.dumps(summary), flush=True)

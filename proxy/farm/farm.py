@@ -22,6 +22,13 @@ clock, whenever a request arrives or ``pump()`` is called, so a test with a
 publication is appended to ``farm.publications`` and to the optional log file,
 and optionally pinged (``ping=``).
 
+As a WebSub publisher (``hub=``, W3C WebSub §4, §6), a ``push_share`` of the feeds
+(drawn with ``push_seed``) advertise the hub and their own URL, in the document and
+in a ``Link`` header, and each publication of theirs POSTs
+``hub.mode=publish&hub.url=<topic>`` (also as ``hub.topic``, which some hubs read) to
+the hub. The publish request is not in the Recommendation (§6 leaves it to the hub);
+this is the PubSubHubbub 0.3 form most hubs accept.
+
 The farm deliberately does not: model network latency, serve TLS, honour
 ``q=0`` in Accept-Encoding, or persist feed state across restarts.
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -37,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from proxy.farm._control import control_handler
 from proxy.farm._docs import (
@@ -137,6 +146,9 @@ class FeedFarm:
         ping_delay: PingDelay = 0.0,
         ping_delay_rate: float = 1.0,
         ping_seed: int | None = None,
+        hub: str | None = None,
+        push_share: float = 1.0,
+        push_seed: int | None = None,
         host: str = "127.0.0.1",
         also_hosts: Sequence[str] = (),
         port: int = 0,
@@ -187,6 +199,14 @@ class FeedFarm:
             delay_rate=ping_delay_rate,
             seed=ping_seed,
         )
+        if not 0.0 <= push_share <= 1.0:
+            raise ValueError(f"push_share must be in [0, 1], got {push_share}")
+        self.hub = hub
+        # A seeded draw, in feed order: the same seed and share push the same feeds.
+        draw = random.Random(push_seed)
+        self._push_feeds = frozenset(
+            f for f in ids if hub is not None and draw.random() < push_share)
+        self._hub_pinger = Pinger(self._resolve_publish)
         self.publications: list[Publication] = []
         self._pumping = False
         self._base_url: str | None = None
@@ -258,6 +278,8 @@ class FeedFarm:
         host = f"[{self.host}]" if ":" in self.host else self.host  # RFC 3986: IPv6 in brackets
         self._base_url = f"http://{host}:{self._port}"
         await self._pinger.start()
+        if self.hub is not None:
+            await self._hub_pinger.start()
         self._t0 = self.clock.now()
         self._closing.clear()
         if self._drive and self._next_event is not None:
@@ -279,6 +301,7 @@ class FeedFarm:
                 await self._http.close()
                 self._http = None
             await self._pinger.close()
+            await self._hub_pinger.close()
             if self._log is not None:
                 self._log.close()
                 self._log = None
@@ -372,6 +395,8 @@ class FeedFarm:
                 self._log.flush()
         if self._base_url is not None and (self._ping is not None or self._ping_targets):
             self._pinger.submit(pub, self.url(feed_id))
+        if self._base_url is not None and feed_id in self._push_feeds:
+            self._hub_pinger.submit(pub, self.url(feed_id))
         return entry.entry_id
 
     def edit(
@@ -518,6 +543,31 @@ class FeedFarm:
         url = self._ping.format(feed_id=pub.feed_id, feed_url=feed_url, entry_id=pub.entry_id)
         return PingRequest(url)
 
+    def pushes(self, feed_id: str) -> bool:
+        """Whether the feed advertises the hub and publishes to it (``hub=``, ``push_share``)."""
+        return feed_id in self._push_feeds
+
+    @property
+    def push_feeds(self) -> list[str]:
+        """The feeds that advertise the hub, in feed order."""
+        return [f for f in self._feeds if f in self._push_feeds]
+
+    @property
+    def hub_publishes(self) -> list[PingRecord]:
+        """What became of each publish request to the hub (empty without ``hub=``)."""
+        return self._hub_pinger.records
+
+    async def drain_hub(self, at_most: float = 10.0) -> None:
+        """Wait (at most ``at_most`` seconds) until the publish requests so far were sent or failed."""
+        await self._hub_pinger.drain(at_most)
+
+    def _resolve_publish(self, pub: Publication, feed_url: str) -> PingRequest | None:
+        if self.hub is None:
+            return None
+        body = urlencode({"hub.mode": "publish", "hub.url": feed_url, "hub.topic": feed_url})
+        return PingRequest(
+            self.hub, {"Content-Type": "application/x-www-form-urlencoded"}, body.encode())
+
     @property
     def pings(self) -> list[PingRecord]:
         """What became of each publication's ping (empty when no ping is configured)."""
@@ -566,7 +616,8 @@ class FeedFarm:
         cached = feed.cache.get(fmt)
         if cached is None:
             render = render_rss if fmt is FeedFormat.RSS else render_atom
-            body = render(feed.feed_id, self.base_url, feed.entries, feed.last_modified)
+            hub = self.hub if feed.feed_id in self._push_feeds else None
+            body = render(feed.feed_id, self.base_url, feed.entries, feed.last_modified, hub)
             cached = feed.cache[fmt] = Rendered.build(body, feed.last_modified, fmt)
         return cached
 
@@ -618,17 +669,23 @@ class FeedFarm:
         key = (fmt, gz, fresh)
         response = feed.responses.get(key)
         if response is None:
-            response = feed.responses[key] = self._response(rendered, gz, fresh)
+            link = None
+            if feed_id in self._push_feeds:
+                # WebSub §4: the Link header names the hub and the topic (this URL).
+                link = f'<{self.hub}>; rel="hub", <{self.url(feed_id, fmt)}>; rel="self"'
+            response = feed.responses[key] = self._response(rendered, gz, fresh, link)
         return response
 
     @staticmethod
-    def _response(rendered: Rendered, gz: bool, fresh: bool) -> Response:
-        validators = (
+    def _response(rendered: Rendered, gz: bool, fresh: bool, link: str | None = None) -> Response:
+        validators: tuple[tuple[str, str], ...] = (
             ("ETag", rendered.etag_gzip if gz else rendered.etag),
             ("Last-Modified", rendered.last_modified),
             ("Vary", "Accept-Encoding"),
             ("Cache-Control", "max-age=0"),
         )
+        if link is not None:
+            validators = (*validators, ("Link", link))
         if fresh:
             return Response(304, validators)
         if gz:
