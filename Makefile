@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest demo clean secrets
+.PHONY: run test lint typecheck pytest demo clean secrets docs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,12 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+# The docs site (mkdocs.yml), offline; tests/test_docs_site.py runs the same build in CI.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d site
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site
 
 # The compose deployment's file secret (docker-compose.yml): a random metrics token that
 # the proxy and Prometheus both read. Kept if it exists; 0644 inside a 0700 folder, so the
