@@ -21,6 +21,7 @@ import pydantic
 import pytest
 
 from proxy.api import make_app
+from proxy.farm import FeedFarm
 from proxy.rules import ProfileSpec
 from proxy.service import ProxyService
 from tests.test_e2e_support import e2e_settings, eventually
@@ -313,6 +314,76 @@ async def test_rule_builder_shows_the_apis_own_messages_next_to_the_fields(web: 
     assert r.status_code == 422 and "json: not valid JSON" in r.text
     r = await alice.post("/profiles", {**form, "name": "built", "rules.0.trigger.every": "1m"})
     assert r.status_code == 422 and "already have a profile named" in r.text
+
+
+def _dry_run_rows(page: str) -> dict[str, tuple[str, str]]:
+    """The dry run's table: entry title -> (row class, the "Matches?" cell's text)."""
+    rows = re.findall(r'<tr class="(match|no-match)">\s*<td>(?:<a [^>]*>)?([^<]*)(?:</a>)?</td>'
+                      r'\s*<td>[^<]*</td>\s*<td class="why">(.*?)</td>', page, re.S)
+    return {html.unescape(t): (c, html.unescape(re.sub(r"<[^>]+>", "", w))) for c, t, w in rows}
+
+
+async def test_the_builder_tests_an_alert_on_the_feed_now(web: Any) -> None:
+    """"Test on the feed now": the form's rule, an alert with all / exclude / fields, tried on
+    the feed's current document; the matching entries are marked with why; the inputs stay."""
+    _, b = web
+    alice, bob = b["alice"], b["bob"]
+    await alice.sign_in()
+    await bob.sign_in()
+    async with FeedFarm(["mish", "bobs"]) as farm:
+        mish = (await alice.client.post("/api/v1/feeds", json={"url": farm.url("mish")},
+                                        headers=alice.api())).json()["id"]
+        bobs = (await bob.client.post("/api/v1/feeds", json={"url": farm.url("bobs")},
+                                      headers=bob.api())).json()["id"]
+        farm.publish("mish", title="Opinion: oil is over", summary="a column")
+        farm.publish("mish", title="Crude oil jumps", summary="OPEC news")
+        farm.publish("mish", title="Markets", summary="crude oil steady")
+        page = await alice.get("/profiles")
+        assert 'value="alert"' in page.text and 'id="try-rule"' in page.text
+        # The default fields are ticked on a fresh form.
+        assert re.search(r'name="rules.0.trigger.when.fields" value="title"\s+checked', page.text)
+        assert not re.search(r'name="rules.0.trigger.when.fields" value="content"\s+checked', page.text)
+        form = {"name": "alerts", "rules.0.name": "oil", "kind": "alert",
+                "rules.0.trigger.feed": str(mish), "schedule": "on",
+                "rules.0.trigger.when.all": "oil, crude", "rules.0.trigger.when.exclude": "opinion",
+                "rules.0.trigger.when.fields": "title"}
+        r = await alice.post("/profiles/test", form)
+        assert r.status_code == 200, r.text
+        assert 'id="dry-run"' in r.text
+        rows = _dry_run_rows(r.text)
+        assert rows == {
+            "Crude oil jumps": ("match", "✓ matches: all keywords, the first: “oil” in title"),
+            "Opinion: oil is over": ("no-match", "no"),
+            "Markets": ("no-match", "no"),  # crude oil only in the summary, not ticked
+        }
+        assert 'value="oil, crude"' in r.text and 'value="opinion"' in r.text  # inputs kept
+        assert re.search(r'value="title"\s+checked', r.text)
+        assert not re.search(r'value="summary"\s+checked', r.text)
+
+        # Another user's feed: the API's message, next to the trigger feed's input.
+        r = await alice.post("/profiles/test", {**form, "rules.0.trigger.feed": str(bobs)})
+        assert r.status_code == 422
+        assert re.search(rf'data-loc="rules.0.trigger.feed">unknown feed &#39;{bobs}&#39;', r.text), r.text
+        assert 'id="dry-run"' not in r.text
+        # An invalid rule: the message at its field, nothing fetched.
+        r = await alice.post("/profiles/test", {**form, "rules.0.trigger.when.exclude": "oil"})
+        assert r.status_code == 422 and 'data-loc="rules.0.trigger.when.exclude"' in r.text
+        # A feed that fails: said in words.
+        farm.set_fault("mish", "error500")
+        r = await alice.post("/profiles/test", form)
+        assert r.status_code == 200
+        assert "Could not read it (HTTP 500): the server answered with HTTP error 500" in r.text
+        # The dry run needs the session's CSRF token like every form.
+        assert (await alice.post("/profiles/test", form, csrf=False)).status_code == 403
+        # Creating the same alert through the form stores a rule without query.
+        farm.clear_fault("mish")
+        r = await alice.post("/profiles", form)
+        assert r.status_code == 303, r.text
+        spec = (await alice.client.get(f"/api/v1/profiles/{r.headers['location'].rsplit('/', 1)[1]}",
+                                       headers=alice.api())).json()["rules"][0]["spec"]
+        assert "query" not in spec or spec["query"] is None
+        assert spec["trigger"]["when"] == {"all": ["oil", "crude"], "exclude": ["opinion"],
+                                           "fields": ["title"]}
 
 
 async def test_feed_add_errors_and_remove_conflict_are_explained(web: Any) -> None:

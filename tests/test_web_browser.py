@@ -217,3 +217,67 @@ async def test_a_person_uses_the_web_interface(sqlite_url: str, tmp_path: Path) 
     for name in ("sign-in", "profiles-builder", "profile-timeline", "profile", "feeds", "feed",
                  "opml-import", "overview", "signed-out"):
         assert (shots / f"{name}.png").stat().st_size > 1000, name
+
+
+async def test_a_person_tests_an_alert_on_the_feed_before_creating_it(sqlite_url: str, tmp_path: Path) -> None:
+    """The builder's alert kind (no query rows), its `all` / `exclude` / fields inputs, and
+    "Test on the feed now": the entry the rule would match is marked, with why."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (/usr/bin/chromium missing; `apt-get install -y "
+                    "chromium`, as .ci/run does): the browser tests cannot run here")
+    playwright_api = pytest.importorskip("playwright.async_api")
+    shots = _shots(tmp_path)
+    settings = e2e_settings(sqlite_url, budget=4)
+    async with FeedFarm(["mish"]) as farm, running(settings) as px:
+        r = await px.post("/api/v1/feeds", {"url": farm.url("mish")})
+        assert r.status_code == 201, r.text
+        mish = r.json()["id"]
+        farm.publish("mish", title="Opinion: oil is over", summary="a column")
+        farm.publish("mish", title="Markets", summary="crude oil steady")
+        farm.publish("mish", title="Oil jumps to $90", summary="news")
+        app = make_app(settings, service=px.service, manage_service=False)
+        async with _serve(app) as port, playwright_api.async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1200, "height": 900})
+                page.set_default_timeout(WAIT_MS)
+                base = f"http://localhost:{port}/ui"
+                await page.goto(base)
+                await page.fill("input[name=name]", "alice")
+                await page.fill("input[name=key]", px.key)
+                await page.click("#sign-in button")
+                await page.wait_for_url(f"{base}/overview")
+
+                await page.goto(f"{base}/profiles")
+                await page.check("input[name=kind][value=alert]")
+                # An alert has no query feeds: their fieldset goes, the trigger's stays.
+                assert await page.is_hidden("select[name='rules.0.query.0.feed']")
+                assert await page.is_visible("select[name='rules.0.trigger.feed']")
+                await page.fill("input[name=name]", "alerts")
+                await page.fill("input[name='rules.0.name']", "oil in titles")
+                await page.select_option("select[name='rules.0.trigger.feed']", str(mish))
+                await page.check("input[name=schedule][value=on]")
+                await page.fill("input[name='rules.0.trigger.when.contains']", "oil")
+                await page.fill("input[name='rules.0.trigger.when.exclude']", "opinion")
+                await page.uncheck("input[name='rules.0.trigger.when.fields'][value=summary]")
+                await page.click("#try-rule")
+                await page.wait_for_selector("#dry-run")
+                await page.screenshot(path=shots / "profiles-dry-run.png", full_page=True)
+                marked = page.locator("#dry-run tr.match")
+                assert await marked.count() == 1
+                assert "Oil jumps to $90" in (await marked.inner_text())
+                assert "“oil” in title" in (await marked.locator("td.why").inner_text())
+                unmarked = await page.locator("#dry-run tr.no-match").all_inner_texts()
+                assert len(unmarked) == 2 and any("Markets" in t for t in unmarked)
+                # The form kept what was typed; creating it stores the alert.
+                assert await page.is_checked("input[name=kind][value=alert]")
+                assert not await page.is_checked("input[name='rules.0.trigger.when.fields'][value=summary]")
+                await page.click("#builder button[type=submit]")
+                await page.wait_for_url(re.compile(r".*/ui/profiles/\d+$"))
+                (profile,) = await px.service.store.list_profiles(1)
+                (rule,) = profile.rules
+                assert rule.spec["trigger"]["when"] == {"contains": ["oil"], "exclude": ["opinion"],
+                                                        "fields": ["title"]}
+                assert not rule.spec.get("query")
+            finally:
+                await browser.close()

@@ -10,8 +10,15 @@ from typing import Any, TypeVar
 
 import pytest
 
+from proxy.rules import Match
 from proxy.store import Cei, ChrononFigures, Ei, Feed, Probe
-from proxy.web._forms import FormErrors, spec_from_form, validate_spec
+from proxy.web._forms import (
+    FormErrors,
+    describe_match,
+    spec_from_form,
+    validate_rule,
+    validate_spec,
+)
 from proxy.web._health import explain
 from proxy.web._pictures import STATE_FILL, budget_svg, completeness_svg, timeline_svg
 from proxy.web._session import SessionCodec
@@ -141,6 +148,47 @@ def test_builder_form_becomes_the_apis_json() -> None:
     assert validate_spec(spec_from_form({"name": "", "rules.0.name": "r", "rules.0.trigger.feed": "1",
                                          "rules.0.trigger.every": "soon"}, {}), errors) is None
     assert set(errors.by_loc) >= {"name", "rules.0.trigger.every"}
+
+
+def test_builder_form_makes_alerts_with_all_exclude_and_fields() -> None:
+    form = {"name": "p", "rules.0.name": "r", "kind": "alert", "rules.0.trigger.feed": "3",
+            "schedule": "on", "rules.0.trigger.when.contains": "oil", "rules.0.trigger.when.all": "crude, price",
+            "rules.0.trigger.when.exclude": "opinion, olive oil",
+            # Query rows left filled in: an alert reads its trigger feed alone.
+            "rules.0.query.0.feed": "4", "rules.0.query.0.within": "10m"}
+    spec = spec_from_form(form, {"rules.0.trigger.when.fields": ["title", "categories"]})
+    assert spec["rules"][0] == {"name": "r", "trigger": {
+        "feed": "3", "on": "update",
+        "when": {"contains": ["oil"], "all": ["crude", "price"], "exclude": ["opinion", "olive oil"],
+                 "fields": ["title", "categories"]}}}
+    # The default fields (or none ticked) leave 'fields' out: it reads back as written.
+    for ticked in (["title", "summary"], []):
+        when = spec_from_form(form, {"rules.0.trigger.when.fields": ticked})["rules"][0]["trigger"]["when"]
+        assert "fields" not in when, ticked
+    # Fields without any condition make no 'when'.
+    bare = spec_from_form({**form, "rules.0.trigger.when.contains": "", "rules.0.trigger.when.all": "",
+                           "rules.0.trigger.when.exclude": ""}, {"rules.0.trigger.when.fields": ["link"]})
+    assert "when" not in bare["rules"][0]["trigger"]
+    # A trigger keeps its query rows.
+    trigger = spec_from_form({**form, "kind": "trigger"}, {})
+    assert trigger["rules"][0]["query"] == [{"feed": "4", "within": "10m"}]
+    # The dry run validates the rule alone (no profile name needed), messages at rules.0.…
+    errors = FormErrors()
+    rule = validate_rule(spec_from_form({**form, "name": ""}, {}), errors)
+    assert rule is not None and rule.kind == "alert" and not errors
+    assert validate_rule(spec_from_form({**form, "rules.0.trigger.when.exclude": "OIL"}, {}), errors) is None
+    assert set(errors.by_loc) == {"rules.0.trigger.when.exclude"}
+
+
+@pytest.mark.parametrize(("match", "words"), [
+    (None, ""),
+    (Match("contains", "title", "Crude Oil"), "one of the keywords: “Crude Oil” in title"),
+    (Match("all", "summary", "oil"), "all keywords, the first: “oil” in summary"),
+    (Match("regex", "categories", "(?m)^Energy$"), "regex (?m)^Energy$ found in categories"),
+    (Match("any"), "any entry counts (no keyword asked)"),
+])
+def test_why_a_dry_run_entry_matches_in_words(match: Match | None, words: str) -> None:
+    assert describe_match(match) == words
 
 
 def test_session_codec_refuses_forged_foreign_and_expired_cookies() -> None:

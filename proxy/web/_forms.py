@@ -7,8 +7,10 @@ name, or, for an error about a whole object (``rules.0.trigger``: "exactly one o
 next to that object's fieldset. Validation is the API's own: :class:`~proxy.rules.ProfileSpec`
 and the service's checks, whose messages are shown unchanged.
 
-The form builds one rule (a trigger rule with up to :data:`QUERY_ROWS` query feeds, or a
-watch rule) and at most one notify target; the JSON editor takes anything the API takes.
+The form builds one rule (a single-feed alert, a trigger rule with up to :data:`QUERY_ROWS`
+query feeds, or a watch rule) and at most one notify target; the JSON editor takes anything
+the API takes. Its "Test on the feed now" button posts the same inputs for a dry run of the
+rule alone (:func:`validate_rule`, ``POST /api/v1/rules/test``'s checks).
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ from typing import Any
 import pydantic
 
 from proxy.errors import ValidationError
-from proxy.rules import ProfileSpec
+from proxy.rules import Match, ProfileSpec, RuleSpec
+from proxy.rules.matching import DEFAULT_FIELDS, FIELDS
 
 QUERY_ROWS = 3
+#: The kinds of rule the builder makes; an alert is a trigger without query feeds.
+KINDS = ("alert", "trigger", "watch")
+#: The entry fields a condition may read, as the checkboxes offer them (docs/rules.md).
+ENTRY_FIELDS = FIELDS
 
 
 @dataclass
@@ -57,7 +64,8 @@ def spec_from_form(form: Mapping[str, Any], multi: Mapping[str, list[str]]) -> d
     """The profile JSON the builder's inputs describe (not yet validated: blanks are left
     out, so the API's own messages say what is missing)."""
     rule: dict[str, Any] = {"name": _text(form, "rules.0.name") or ""}
-    if form.get("kind", "trigger") == "watch":
+    kind = form.get("kind", "trigger")
+    if kind == "watch":
         rule["watch"] = {"feeds": [f for f in multi.get("rules.0.watch.feeds", []) if f],
                          "within": _text(form, "rules.0.watch.within") or ""}
     else:
@@ -74,15 +82,22 @@ def spec_from_form(form: Mapping[str, Any], multi: Mapping[str, list[str]]) -> d
         else:
             trigger["on"] = "update"
         when: dict[str, Any] = {}
-        if (words := _text(form, "rules.0.trigger.when.contains")) is not None:
-            when["contains"] = [w.strip() for w in words.split(",") if w.strip()]
+        for part in ("contains", "all", "exclude"):
+            if (words := _text(form, f"rules.0.trigger.when.{part}")) is not None:
+                when[part] = [w.strip() for w in words.split(",") if w.strip()]
         if (regex := _text(form, "rules.0.trigger.when.regex")) is not None:
             when["regex"] = regex
+        # No box ticked reads as the default (title and summary), as does ticking just those:
+        # then 'fields' is left out, so the stored rule reads back as written.
+        fields = [f for f in multi.get("rules.0.trigger.when.fields", []) if f]
+        if when and fields and tuple(fields) != DEFAULT_FIELDS:
+            when["fields"] = fields
         if when:
             trigger["when"] = when
         rule["trigger"] = trigger
         queries = []
-        for i in range(QUERY_ROWS):
+        # An alert reads its trigger feed alone: query rows left filled in do not count.
+        for i in range(QUERY_ROWS if kind != "alert" else 0):
             feed = _text(form, f"rules.0.query.{i}.feed")
             if feed is None:
                 continue
@@ -111,6 +126,18 @@ def validate_spec(data: Any, errors: FormErrors) -> ProfileSpec | None:
         return None
 
 
+def validate_rule(data: dict[str, Any], errors: FormErrors) -> RuleSpec | None:
+    """The builder's one rule (``data["rules"][0]``) as a ``RuleSpec``, for a dry run: the
+    profile's name and notify targets are not needed to try it. Messages go to the rule's
+    inputs (``rules.0.…``), as a create would put them."""
+    try:
+        return RuleSpec.model_validate(data["rules"][0])
+    except pydantic.ValidationError as exc:
+        for err in exc.errors():
+            errors.add(".".join(str(p) for p in ("rules", 0, *err["loc"])), err["msg"])
+        return None
+
+
 def parse_json_spec(text: str, errors: FormErrors) -> ProfileSpec | None:
     """The JSON editor's text as a spec; a JSON syntax error is named with its line and column."""
     try:
@@ -121,14 +148,28 @@ def parse_json_spec(text: str, errors: FormErrors) -> ProfileSpec | None:
     return validate_spec(data, errors)
 
 
-def add_service_error(exc: ValidationError, errors: FormErrors) -> None:
+def add_service_error(exc: ValidationError, errors: FormErrors, prefix: str = "") -> None:
     """A refusal of the service (unknown feed, unsafe webhook …): at its ``loc`` if it has one.
-    The message drops a leading ``loc: `` (it is shown next to that field already)."""
+    The message drops a leading ``loc: `` (it is shown next to that field already). ``prefix``
+    puts a rule's own ``loc`` (a dry run's ``trigger.feed``) where the form has it
+    (``rules.0.trigger.feed``)."""
     loc = str(getattr(exc, "loc", "") or "")
     message = str(exc)
     if loc and message.startswith(f"{loc}: "):
         message = message[len(loc) + 2:]
-    errors.add(loc, message)
+    errors.add(f"{prefix}{loc}" if loc else loc, message)
+
+
+def describe_match(match: Match | None) -> str:
+    """Why a dry run's entry matches, in words (``""``: it does not)."""
+    if match is None:
+        return ""
+    if match.kind == "any":
+        return "any entry counts (no keyword asked)"
+    if match.kind == "regex":
+        return f"regex {match.text} found in {match.field}"
+    part = "one of the keywords" if match.kind == "contains" else "all keywords, the first"
+    return f"{part}: “{match.text}” in {match.field}"
 
 
 def fieldset_errors(errors: FormErrors, prefixes: tuple[str, ...]) -> list[str]:

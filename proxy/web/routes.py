@@ -27,13 +27,17 @@ from starlette.datastructures import FormData
 from proxy.errors import ConflictError, NotFoundError, ValidationError
 from proxy.feeds.opml import MAX_OPML_BYTES, OpmlError
 from proxy.service import ProxyService
+from proxy.service._dry_run import RuleTrial
 from proxy.service.opml import export_opml, import_opml
 from proxy.web._forms import (
+    ENTRY_FIELDS,
     QUERY_ROWS,
     FormErrors,
     add_service_error,
+    describe_match,
     parse_json_spec,
     spec_from_form,
+    validate_rule,
     validate_spec,
 )
 from proxy.web._health import HEALTHY, explain
@@ -67,6 +71,7 @@ class WebUi:
         r.add_api_route("/profiles", self.profiles, methods=["GET"])
         r.add_api_route("/profiles", self.create_from_form, methods=["POST"])
         r.add_api_route("/profiles/json", self.create_from_json, methods=["POST"])
+        r.add_api_route("/profiles/test", self.try_from_form, methods=["POST"])
         r.add_api_route("/profiles/{profile_id}", self.profile, methods=["GET"])
         r.add_api_route("/profiles/{profile_id}/json", self.replace_from_json, methods=["POST"])
         r.add_api_route("/profiles/{profile_id}/delete", self.delete_profile, methods=["POST"])
@@ -228,7 +233,8 @@ class WebUi:
     async def _profiles_page(self, request: Request, session: WebSession, *, status: int = 200,
                              errors: FormErrors | None = None, json_errors: FormErrors | None = None,
                              form: dict[str, Any] | None = None, multi: dict[str, list[str]] | None = None,
-                             json_text: str = "", created: str = "") -> HTMLResponse:
+                             json_text: str = "", created: str = "",
+                             trial: RuleTrial | None = None) -> HTMLResponse:
         service = self._service(request)
         summary = await service.store.metrics_summary(session.user_id, recent_chronons=1)
         profiles = await service.store.list_profiles(session.user_id)
@@ -241,6 +247,7 @@ class WebUi:
             errors=errors or FormErrors(), json_errors=json_errors or FormErrors(),
             form=form or {}, multi=multi or {}, query_rows=range(QUERY_ROWS),
             json_text=json_text or json.dumps(example, indent=2), created=created,
+            trial=trial, entry_fields=ENTRY_FIELDS, describe_match=describe_match,
         )
 
     async def profiles(self, request: Request) -> Response:
@@ -279,6 +286,26 @@ class WebUi:
             return await self._profiles_page(request, session, status=422, errors=errors,
                                              form=fields, multi=multi)
         return RedirectResponse(f"{_base(request)}/profiles/{pid}", status_code=303)
+
+    async def try_from_form(self, request: Request) -> Response:
+        """"Test on the feed now": the builder's rule tried on its feeds' current documents
+        (``POST /api/v1/rules/test``'s dry run), shown under the form, which keeps its inputs."""
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        session, form = posted
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        multi = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}
+        errors = FormErrors()
+        rule = validate_rule(spec_from_form(fields, multi), errors)
+        trial = None
+        if rule is not None:
+            try:
+                trial = await self._service(request).try_rule(session.user_id, rule)
+            except ValidationError as exc:
+                add_service_error(exc, errors, prefix="rules.0.")
+        return await self._profiles_page(request, session, status=422 if errors else 200,
+                                         errors=errors, form=fields, multi=multi, trial=trial)
 
     async def create_from_json(self, request: Request) -> Response:
         posted = await self._posted(request)

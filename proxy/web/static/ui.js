@@ -1,6 +1,6 @@
 // The few lines of script the UI needs (no framework, no build step):
 // 1. the overview's live part is refetched every few seconds;
-// 2. the rule builder shows the fieldsets of the chosen kind of rule.
+// 2. the rule builder shows the fieldsets of the chosen kind of rule (alert, trigger, watch).
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   const live = document.getElementById("live");
@@ -19,8 +19,11 @@ document.addEventListener("DOMContentLoaded", () => {
     const show = () => {
       const kind = builder.querySelector("input[name=kind]:checked")?.value || "trigger";
       builder.querySelectorAll("fieldset[data-kind]").forEach((fs) => {
-        fs.hidden = fs.dataset.kind !== kind;
-        fs.disabled = fs.dataset.kind !== kind;
+        // data-kind lists the kinds a fieldset serves ("trigger alert": an alert is a
+        // trigger without query feeds).
+        const off = !fs.dataset.kind.split(" ").includes(kind);
+        fs.hidden = off;
+        fs.disabled = off;
       });
     };
     builder.querySelectorAll("input[name=kind]").forEach((el) => el.addEventListener("change", show));
