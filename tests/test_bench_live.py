@@ -271,3 +271,68 @@ def test_the_cli_averages_the_readers_over_as_many_orders_as_the_bench() -> None
 
     assert inspect.signature(live).parameters["reader_orders"].default == READER_ORDERS
     assert LiveConfig().reader_orders == READER_ORDERS
+
+
+def test_rule_kinds_post_watches_or_single_feed_alerts_and_refuse_the_rest() -> None:
+    from proxy.bench.live import check_rule_kind, rule_body
+
+    assert rule_body("watch", [4, 7], "2s") == {"name": "watch", "watch": {"feeds": ["4", "7"], "within": "2s"}}
+    # An alert on update with no query and no condition, the window as its slack: one EI
+    # [u, u+W] per update, as a one-feed watch has.
+    assert rule_body("alert", [4], "2s") == {"name": "alert", "trigger": {"feed": "4", "on": "update",
+                                                                          "slack": "2s"}}
+    one = poisson_workload(resources=6, profiles=4, chronons=40, lam=4, rank=1, window=5, seed=1)
+    two = poisson_workload(resources=6, profiles=4, chronons=40, lam=4, rank=2, window=5, seed=1)
+    check_rule_kind("watch", two)
+    check_rule_kind("alert", one)
+    with pytest.raises(BenchError, match=r"--rank 1"):
+        check_rule_kind("alert", two)
+    for kind in ("trigger", "mixed"):
+        with pytest.raises(BenchError, match="not yet"):
+            check_rule_kind(kind, one)
+    with pytest.raises(BenchError, match="must be one of"):
+        check_rule_kind("bogus", one)
+    assert LiveConfig().rule_kind == "watch"
+
+
+def test_cli_refuses_alerts_on_profiles_of_several_feeds_and_triggers_for_now(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "live", "--rule-kind", "alert", "--rank", "3", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "single-feed alerts" in res.output, res.output
+    res = runner.invoke(app, ["bench", "live", "--rule-kind", "trigger", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "not yet" in res.output, res.output
+    assert not list(tmp_path.iterdir())  # refused before anything ran
+
+
+@pytest.mark.slow
+def test_a_tiny_live_run_of_alerts_through_the_cli(tmp_path: Path) -> None:
+    """``--rule-kind alert``: every posted rule is a single-feed alert (a trigger on update
+    without query or condition), its CEIs have one EI each, and both summary lines keep
+    their shape with every figure computed."""
+    import re
+    import sqlite3
+
+    res = CliRunner().invoke(app, [
+        "bench", "live", "--feeds", "8", "--profiles", "5", "--chronons", "40", "--lam", "5",
+        "--rank", "1", "--window", "5", "--budget", "3", "--chronon-seconds", "0.2",
+        "--service", "inline", "--reader-orders", "4", "--rule-kind", "alert", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    tag = "poisson-mrsf-p-C3-alert"
+    number = r"\d+\.\d%"
+    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
+                     rf"round-robin {number}  adaptive {number}$", res.output, re.M), res.output
+    delays = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
+    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {delays}  "
+                     rf"round-robin {delays}  adaptive {delays}$", res.output, re.M), res.output
+    result = json.loads((tmp_path / f"{tag}.json").read_text())
+    assert result["config"]["rule_kind"] == "alert"
+    assert 0 < result["live"]["cei_completeness"] <= 1
+    assert result["live"]["eis_agree"] >= 0.6 * result["live"]["eis_total"] > 0
+    with sqlite3.connect(tmp_path / f"{tag}.sqlite3") as db:
+        specs = [json.loads(s) for (s,) in db.execute("SELECT spec FROM rules")]
+        ranks = {n for (n,) in db.execute("SELECT COUNT(*) FROM eis GROUP BY cei_id")}
+    assert len(specs) == 5
+    for spec in specs:
+        assert spec.get("query") is None and "watch" not in spec, spec  # an alert: no query
+        assert spec["trigger"]["on"] == "update" and "when" not in spec["trigger"], spec
+    assert ranks == {1}

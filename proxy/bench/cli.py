@@ -145,6 +145,9 @@ def live(
     out: Annotated[Path, typer.Option(help="Folder for result JSON, publication logs, databases.")] = Path(
         "bench-live"),
     doc: Annotated[Path | None, typer.Option(help="Regenerate this markdown from every result in --out.")] = None,
+    rule_kind: Annotated[str, typer.Option(
+        help="The rule posted per profile: watch (AuctionWatch), alert (a single-feed alert on "
+             "update, slack = the window; needs --rank 1); trigger and mixed: not yet.")] = "watch",
 ) -> None:
     """Run the service against the feed farm, the simulator and plain readers on one workload.
 
@@ -157,6 +160,7 @@ def live(
     from proxy.bench.live import (
         BenchError,
         LiveConfig,
+        check_rule_kind,
         poisson_workload,
         run_benchmark,
         trace_workload,
@@ -173,6 +177,7 @@ def live(
                                 window=window, seed=seed, history=history)
         else:
             raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
+        check_rule_kind(rule_kind, bw)
         from proxy.core.policies import get_policy
 
         for p in policies:
@@ -195,10 +200,12 @@ def live(
         drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
         delay = f"-delay{ping_delay:g}" if ping_delay else ""
         past = "-history" if bw.history else ""
-        tag = f"{bw.name}-{p}-C{c}{drop}{delay}{past}"
+        kind = "" if rule_kind == "watch" else f"-{rule_kind}"  # watch runs keep their names
+        tag = f"{bw.name}-{p}-C{c}{kind}{drop}{delay}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
-                         service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders)
+                         service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
+                         rule_kind=rule_kind)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)

@@ -11,7 +11,9 @@ One run (:func:`run_benchmark`):
    ``ping_lag`` chronons later (optionally dropping or delaying a share more),
    so the service learns of updates only from pings.  Resource ``i`` is farm feed ``"i"``.
 3. The service (uvicorn, REST, the configured database) gets the feeds and
-   one ``watch`` rule per AuctionWatch profile over the REST API, then runs.
+   one ``watch`` rule per AuctionWatch profile over the REST API, then runs
+   (``rule_kind="alert"``: one single-feed alert per profile instead, on a rank-1
+   workload; :func:`rule_body`).
    Workload chronon 0 is service chronon ``c0`` (a few chronons after set-up):
    the farm's clock is anchored there.
 4. After ``K`` chronons: ground-truth metrics from the farm's publication log
@@ -137,6 +139,8 @@ class LiveConfig:
     ping_lag: float = PING_LAG
     reader_orders: int = READER_ORDERS
     """Feed orders each plain reader's figures are the mean over (``proxy.bench.baselines``)."""
+    rule_kind: str = "watch"
+    """What each profile's rule is: ``watch`` (AuctionWatch) or ``alert`` (:func:`rule_body`)."""
 
 
 # ---------------------------------------------------------------------- workloads
@@ -394,6 +398,45 @@ def within_text(window: int, chronon_seconds: float) -> str:
     return f"{round(seconds)}s"
 
 
+RULE_KINDS = ("watch", "alert", "trigger", "mixed")
+"""The ``--rule-kind`` values; ``trigger`` and ``mixed`` are refused for now (:func:`check_rule_kind`)."""
+
+
+def check_rule_kind(kind: str, bw: BenchWorkload) -> None:
+    """:class:`BenchError` unless ``kind`` can post ``bw``'s profiles as rules the scorer reads.
+
+    An ``alert`` on update without condition has exactly one EI ``[u, u+W]`` per update
+    of its feed: the rank-1 watch workload, scored the same way. So alerts need every
+    profile to watch one feed. A ``trigger`` rule's CEIs (a trigger EI, then query EIs
+    revealed when it fires) are not what the generator's AuctionWatch CEIs are: they
+    need a simulator workload of their own, not written yet.
+    """
+    if kind not in RULE_KINDS:
+        raise BenchError(f"--rule-kind must be one of {', '.join(RULE_KINDS)}, got {kind!r}")
+    if kind in ("trigger", "mixed"):
+        raise BenchError(f"--rule-kind {kind}: not yet: the simulator has no workload of trigger "
+                         "rules with query feeds to score it against; use watch or alert")
+    if kind == "alert" and any(len(feeds) != 1 for feeds in bw.watched):
+        worst = max(len(feeds) for feeds in bw.watched)
+        raise BenchError(f"--rule-kind alert posts single-feed alerts: every profile must watch one "
+                         f"feed (--rank 1), this workload has profiles of {worst} feeds")
+
+
+def rule_body(kind: str, feeds: Sequence[int], within: str) -> dict[str, Any]:
+    """The rule posted for one profile watching ``feeds`` (service feed ids).
+
+    ``watch``: AuctionWatch over the feeds, ``within`` the window. ``alert``: a trigger on
+    the one feed's updates with no query and no condition, ``slack`` the window, so the
+    service opens the same EI ``[u, u+W]`` at each update notification.
+    """
+    if kind == "alert":
+        (feed,) = feeds
+        return {"name": "alert", "trigger": {"feed": str(feed), "on": "update", "slack": within}}
+    if kind == "watch":
+        return {"name": "watch", "watch": {"feeds": [str(f) for f in feeds], "within": within}}
+    raise BenchError(f"--rule-kind {kind}: not yet")
+
+
 class _ServiceRunner:
     """The service under test, in this process (``inline``) or as ``proxy serve`` (``process``).
 
@@ -503,6 +546,7 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
     wl = bw.workload
     k, n, length = wl.chronons, wl.resources, cfg.chronon_seconds
     within = within_text(bw.window, length)
+    check_rule_kind(cfg.rule_kind, bw)
     if not -1 < cfg.phase < 1 or cfg.ping_lag < 0:
         raise BenchError(f"need -1 < phase < 1 and ping_lag >= 0, got {cfg.phase}, {cfg.ping_lag}")
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 -- once, before anything runs
@@ -589,8 +633,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                         for r in range(n):
                             farm.backfill(str(r), [placeholder])
                     profiles_out = await asyncio.gather(*(
-                        post("/api/v1/profiles", {"name": f"p{p}", "rules": [{"name": "watch", "watch": {
-                            "feeds": [str(feed_ids[r]) for r in feeds], "within": within}}]})
+                        post("/api/v1/profiles", {"name": f"p{p}", "rules": [
+                            rule_body(cfg.rule_kind, [feed_ids[r] for r in feeds], within)]})
                         for p, feeds in enumerate(bw.watched)))
                     rule_of = {int(b["rules"][0]["id"]): p for p, b in enumerate(profiles_out)}
                     sclock = await runner.clock()
@@ -884,6 +928,7 @@ async def run_benchmark(
 __all__ = [
     "PHASE",
     "PING_LAG",
+    "RULE_KINDS",
     "AnchoredClock",
     "BenchError",
     "BenchWorkload",
@@ -892,11 +937,13 @@ __all__ = [
     "ReaderView",
     "analyse",
     "busiest_window",
+    "check_rule_kind",
     "lagged",
     "live_equivalent",
     "poisson_workload",
     "reader_view",
     "records_from_run",
+    "rule_body",
     "run_benchmark",
     "run_live",
     "service_labelled",
