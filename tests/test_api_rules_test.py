@@ -121,6 +121,18 @@ async def _run(database_url: str) -> None:
         r = await px.client.post("/api/v1/rules/test", json=alert)
         assert r.status_code == 401
 
+        # A client looping on it is stopped (a token bucket per user): 429 with Retry-After,
+        # within the burst of 10 and the refill of 30 a minute since the first dry run.
+        statuses = [(await px.post("/api/v1/rules/test", alert)).status_code for _ in range(30)]
+        assert 429 in statuses, statuses
+        r = await px.post("/api/v1/rules/test", alert)
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert "too many rule tests" in r.json()["detail"]
+        # Another user's bucket is their own.
+        r = await px.client.post("/api/v1/rules/test", json={"name": "x", "watch": {
+            "feeds": [bobs], "within": "5m"}}, headers={"Authorization": f"Bearer {bob_key}"})
+        assert r.status_code == 200, r.text
+
 
 async def test_rule_dry_run_sqlite(sqlite_url: str) -> None:
     await _run(sqlite_url)

@@ -384,6 +384,12 @@ async def test_the_builder_tests_an_alert_on_the_feed_now(web: Any) -> None:
         assert "query" not in spec or spec["query"] is None
         assert spec["trigger"]["when"] == {"all": ["oil", "crude"], "exclude": ["opinion"],
                                            "fields": ["title"]}
+        # Past the user's dry runs (10 at once, 30 a minute): said above the form, inputs kept.
+        statuses = [(await alice.post("/profiles/test", form)).status_code for _ in range(30)]
+        assert 429 in statuses, statuses
+        r = await alice.post("/profiles/test", form)
+        assert r.status_code == 429 and "too many rule tests" in r.text
+        assert 'value="oil, crude"' in r.text and 'id="dry-run"' not in r.text
 
 
 async def test_feed_add_errors_and_remove_conflict_are_explained(web: Any) -> None:

@@ -72,11 +72,12 @@ class RuleTestOut(BaseModel):
                                    "feeds": [TriedFeedOut.of(t) for t in trial.feeds]})
 
 
-@router.post("/rules/test", response_model=RuleTestOut, responses=problem_responses(422))
+@router.post("/rules/test", response_model=RuleTestOut, responses=problem_responses(422, 429))
 async def dry_run(body: RuleSpec, service: Service, user: UserId) -> RuleTestOut:
     """Try one rule (as in a profile's `rules`) on the current documents of the feeds it reads:
     every entry with whether it would match and why. Your own feeds only (422 naming the field
     otherwise); fetched now through the proxy's fetcher, its SSRF guard and politeness limits,
     outside the probe budget; nothing is stored. `every_nth` is not counted and the rule's
-    baseline does not apply: each entry is judged by the condition alone (docs/api.md)."""
+    baseline does not apply: each entry is judged by the condition alone (docs/api.md).
+    Ten at once and 30 a minute per user; past that, 429 with `Retry-After`."""
     return RuleTestOut.of(await service.try_rule(user, body))

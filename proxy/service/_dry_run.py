@@ -10,7 +10,11 @@ nothing of it is stored (no new entries, no validators, no feed health), so a dr
 never changes what a rule will fire on.
 
 A feed the server asked to leave alone (``Retry-After``, still in force) is not fetched,
-and neither is a disabled one: the answer says so instead.
+and neither is a disabled one: the answer says so instead. Each user may try
+:data:`DRY_RUN_BURST` rules at once and :data:`DRY_RUN_RATE_PER_MINUTE` a minute on
+average (a token bucket per user, :class:`RateLimitedError`: 429 with ``Retry-After``):
+a client looping on it must not turn the proxy into a fetcher of its feeds outside
+the budget.
 
 What it does not do: count ``every_nth`` (that count is the evaluator's, over the feed's
 history), apply a rule's baseline, or say which entries are *new*: every entry of the
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from proxy.errors import RateLimitedError
 from proxy.feeds import FeedState
 from proxy.feeds.results import (
     Entry,
@@ -44,6 +49,7 @@ from proxy.feeds.results import (
     TooLarge,
 )
 from proxy.rules import Condition, Match, RuleSpec, UnknownFeedError
+from proxy.service._ratelimit import TokenBuckets
 from proxy.service._shared import Shared
 from proxy.store import Feed
 
@@ -53,6 +59,10 @@ __all__ = ["EntryVerdict", "FeedTrial", "RuleTrial", "judge", "rule_feed_fields"
 
 #: What a rule without ``when`` (and a watch rule) makes of any entry: it counts.
 ANY = Match("any")
+#: Dry runs a user may start at once, and a minute on average (a person trying conditions
+#: by hand stays well inside; a script looping on the route does not).
+DRY_RUN_BURST = 10
+DRY_RUN_RATE_PER_MINUTE = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +157,12 @@ class DryRuns:
 
     def __init__(self, shared: Shared) -> None:
         self._s = shared
+        self._buckets = TokenBuckets(DRY_RUN_RATE_PER_MINUTE / 60.0, DRY_RUN_BURST)
 
     async def try_rule(self, user_id: int, rule: RuleSpec) -> RuleTrial:
         """Fetch what ``rule`` reads and judge each entry; :class:`UnknownFeedError` (422,
-        naming the field, e.g. ``trigger.feed``) for a feed the user did not register."""
+        naming the field, e.g. ``trigger.feed``) for a feed the user did not register,
+        :class:`RateLimitedError` past the user's dry runs (a refused rule costs none)."""
         s = self._s
         named = rule_feed_fields(rule)
         owned = {r.feed.id: r.feed for r in await s.store.registered_feeds(
@@ -158,6 +170,10 @@ class DryRuns:
         for loc, feed in named:
             if not feed.isdigit() or int(feed) not in owned:
                 raise UnknownFeedError(loc, feed)
+        if (wait := self._buckets.take(user_id)) > 0:
+            raise RateLimitedError(
+                f"too many rule tests: at most {DRY_RUN_BURST} at once and "
+                f"{DRY_RUN_RATE_PER_MINUTE:g} a minute; try again in {wait:.0f} s", wait)
         now = dt.datetime.fromtimestamp(s.wall(), dt.UTC)
         trials = await asyncio.gather(*(self._try_feed(rule, owned[f], now)
                                         for f in _read_feeds(rule)))

@@ -24,7 +24,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from starlette.datastructures import FormData
 
-from proxy.errors import ConflictError, NotFoundError, ValidationError
+from proxy.errors import ConflictError, NotFoundError, RateLimitedError, ValidationError
 from proxy.feeds.opml import MAX_OPML_BYTES, OpmlError
 from proxy.service import ProxyService
 from proxy.service._dry_run import RuleTrial
@@ -304,6 +304,10 @@ class WebUi:
                 trial = await self._service(request).try_rule(session.user_id, rule)
             except ValidationError as exc:
                 add_service_error(exc, errors, prefix="rules.0.")
+            except RateLimitedError as exc:
+                errors.add("", str(exc))
+                return await self._profiles_page(request, session, status=429, errors=errors,
+                                                 form=fields, multi=multi)
         return await self._profiles_page(request, session, status=422 if errors else 200,
                                          errors=errors, form=fields, multi=multi, trial=trial)
 
