@@ -180,3 +180,13 @@ def test_proxy_plan_refuses_an_unknown_policy(runner: CliRunner, sqlite_url: str
     result = runner.invoke(app, ["plan", "--database-url", sqlite_url, "--policy", "nope"])
     assert result.exit_code == 1
     assert "nope" in result.stderr
+
+
+def test_an_alert_compiles_with_no_query_and_the_evaluators_default_slack() -> None:
+    # Issue 43: a trigger without query is a single-feed alert; its default slack is 15 minutes.
+    profiles = [_profile(1, {"name": "a", "trigger": {"feed": "7", "on": "update",
+                                                      "when": {"contains": ["oil"]}}},
+                         {"name": "b", "trigger": {"feed": "7", "on": "update", "slack": "2m"}})]
+    inputs = plan_inputs(profiles, {7: 70}, FeedUpdateModels(), CLOCK, 1000, 240)
+    assert inputs.rules == (PlanTrigger("1", 0, (), slack=15, fires=None),
+                            PlanTrigger("1", 0, (), slack=2, fires=None))

@@ -349,3 +349,20 @@ def test_forked_workers_run_the_futures_in_other_processes(monkeypatch: pytest.M
 def test_jobs_must_be_at_least_one() -> None:
     with pytest.raises(ValueError, match="jobs must be >= 1, got 0"):
         Planner(_SINGLES, _MIXED, jobs=0)
+
+
+@pytest.mark.parametrize("every_nth", [None, 1])
+def test_a_single_feed_alert_plans_as_a_one_feed_watch(every_nth: int | None) -> None:
+    # Issue 43: an alert on: update (a trigger without query) is one EI [u, u + slack] per
+    # update, the trigger's alone, decided (and sealed) by the probe that finds it: the same
+    # completeness as a watch of that one feed with the same window, fired or not.
+    rates = GridRates.constant([ALWAYS, ALWAYS], 120)
+    for slack in (0, 1):
+        alerts: list[PlanRule] = [PlanTrigger(f"a{f}", f, (), slack=slack, every_nth=every_nth)
+                                  for f in range(2)]
+        watches: list[PlanRule] = [PlanWatch(f"w{f}", (f,), slack) for f in range(2)]
+        alert = Planner(alerts, rates, futures=2, seed=1).evaluate(1)
+        watch = Planner(watches, rates, futures=2, seed=1).evaluate(1)
+        assert alert.ceis == watch.ceis == 240
+        assert alert.completeness == pytest.approx(watch.completeness)
+        assert alert.completeness == pytest.approx(0.5 if slack == 0 else 1.0)

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import ValidationError as PydanticValidationError
 
 from proxy.rules import FeedUpdateModels, ProfileSpec, parse_duration, to_chronons
+from proxy.rules.evaluator import ALERT_SLACK
 from proxy.rules.ports import ChrononMapping, first_chronon_from
 from proxy.service.loop import EVIDENCE_FADE, OPTIMISM_Z, POOL_STRENGTH, background_allocator
 from proxy.sim.plan import (
@@ -229,7 +230,10 @@ def _rule(
         fires = _cron_fires(trigger.cron, trigger.timezone, clock, start, horizon)
     every_nth = trigger.when.every_nth if trigger.when is not None else None
     return PlanTrigger(profile, feed(trigger.feed), queries,
-                       slack=chronons(trigger.slack) if trigger.slack is not None else 1,
+                       # The evaluator's defaults: one chronon, an alert's ALERT_SLACK.
+                       slack=(chronons(trigger.slack) if trigger.slack is not None
+                              else 1 if rule.query is not None
+                              else max(1, chronons(ALERT_SLACK))),
                        fires=fires, every_nth=every_nth, first=first, last=last)
 
 

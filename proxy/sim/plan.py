@@ -825,7 +825,9 @@ class _Run:
                 fired = self.nth[i] // rule.every_nth > before // rule.every_nth
             for cid in due:
                 del opens[cid]
-                if fired:
+                if fired and not rule.queries:  # a single-feed alert: the trigger's EI alone
+                    engine.seal(cid)
+                elif fired:
                     last = len(rule.queries) - 1
                     for j, q in enumerate(rule.queries):
                         life = q.within if q.within is not None else p._life[q.feed]
