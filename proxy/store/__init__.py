@@ -64,6 +64,7 @@ from proxy.store._types import (
     TargetInput,
     User,
 )
+from proxy.store._websub import WEBSUB_STATES, WebSubSubscription
 from proxy.store.migrate import current_revision, downgrade_database, upgrade_database
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "INVARIANTS",
     "PG_KEEPALIVES_SQL",
     "TARGET_DISABLED_ERROR",
+    "WEBSUB_STATES",
     "ApiKey",
     "AttemptOutcome",
     "AuditReport",
@@ -113,6 +115,7 @@ __all__ = [
     "TargetInput",
     "User",
     "Violation",
+    "WebSubSubscription",
     "current_revision",
     "downgrade_database",
     "fence_writes",

@@ -41,6 +41,9 @@ Tables
 ``deliveries``       one row per (event, target), UNIQUE: ``pending`` until delivered
                      (``delivered``) or given up (``failed``: the dead letters);
                      ``msg_id`` is the ``webhook-id`` of every attempt.
+``websub_subscriptions`` a feed's WebSub subscription at its hub (issue 44): state, lease,
+                     the callback's random id and the HMAC secret; no foreign key to ``feeds``
+                     (a deleted feed's row lives until its unsubscription is verified).
 
 Time stamps are timezone-aware UTC on both backends (:class:`UTCDateTime`).
 This module holds no queries; :mod:`proxy.store._repository` does.
@@ -475,3 +478,32 @@ class ClusterProcessRow(Base):
     holder: Mapped[str | None] = mapped_column(String(200))
     started_at: Mapped[dt.datetime]
     heartbeat_at: Mapped[dt.datetime]
+
+
+class WebSubSubscriptionRow(Base):
+    """A WebSub subscription of a feed at its hub (issue 44; :mod:`proxy.store._websub`).
+
+    ``feed_id`` has no foreign key on purpose: a deleted feed's row must outlive it until the
+    hub has verified the unsubscription. ``callback_id`` is the random path segment of the
+    callback URL (never the feed id); ``secret`` the HMAC key given to the hub.
+    """
+
+    __tablename__ = "websub_subscriptions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    feed_id: Mapped[int] = mapped_column(Integer, index=True)
+    hub: Mapped[str] = mapped_column(Text)
+    topic: Mapped[str] = mapped_column(Text)
+    callback_id: Mapped[str] = mapped_column(String(64), unique=True)
+    secret: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    lease_seconds: Mapped[int | None] = mapped_column(Integer)
+    lease_expires_at: Mapped[dt.datetime | None]
+    requested_at: Mapped[dt.datetime | None]
+    next_attempt_at: Mapped[dt.datetime | None]
+    failures: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    reason: Mapped[str | None] = mapped_column(Text)
+    last_notification_at: Mapped[dt.datetime | None]
+    notifications: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    rejected: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[dt.datetime]

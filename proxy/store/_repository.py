@@ -24,11 +24,12 @@ from proxy.store._base import API_KEY_PREFIX_LENGTH, SUMMARY_MAX_CHARS, hash_api
 from proxy.store._cluster import Cluster
 from proxy.store._deliveries import Deliveries
 from proxy.store._lease import Leases
+from proxy.store._websub import WebSubStore
 
 __all__ = ["API_KEY_PREFIX_LENGTH", "SUMMARY_MAX_CHARS", "Store", "hash_api_key"]
 
 
-class Store(Deliveries, Leases, Cluster, Audit):
+class Store(Deliveries, Leases, Cluster, Audit, WebSubStore):
     """Async repository over one database (SQLite via aiosqlite, or PostgreSQL via asyncpg).
 
     Create it with :meth:`from_url` (it then owns and disposes the engine) or
