@@ -44,6 +44,7 @@ from proxy.api.routes_opml import router as opml_router
 from proxy.api.routes_plan import router as plan_router
 from proxy.api.routes_profiles import router as profiles_router
 from proxy.api.routes_rules import router as rules_router
+from proxy.api.routes_websub import router as websub_router
 from proxy.api.schemas import ReadyOut
 from proxy.errors import AuthError
 from proxy.service import ProxyService
@@ -103,6 +104,7 @@ def make_app(
     app.include_router(rules_router)
     app.include_router(notify_router)
     app.include_router(plan_router)
+    app.include_router(websub_router)
     install_web(app, settings)  # the pages under /ui (issue 20)
     app.include_router(cluster_router)
 

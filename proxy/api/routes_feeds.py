@@ -16,7 +16,7 @@ from proxy.api.deps import Service, UserId
 from proxy.api.limits import FeedId
 from proxy.api.paging import Cursor, Limit, Page, decode_cursor, page
 from proxy.api.problems import problem_responses
-from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, UpdateModelOut
+from proxy.api.schemas import FeedIn, FeedOut, PingOut, PingTokenOut, PushOut, UpdateModelOut
 
 router = APIRouter(prefix="/api/v1/feeds", tags=["feeds"])
 
@@ -49,7 +49,8 @@ async def list_feeds(
 async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     """One of your feeds with its health and why: the last HTTP status, the error in words, the
     last success, why it may not be probed before ``next_allowed_at``, its recent probes, and
-    its learnt update model (kind, rate, next update). An API replica or a standby shows the
+    its learnt update model (kind, rate, next update), and its WebSub subscription (``push``,
+    null when none: docs/websub.md). An API replica or a standby shows the
     model the leader saved last (at most five minutes old)."""
     # The probes first, then the feed: the loop writes a probe and the feed's health in one
     # transaction, so a feed read after its recent probes is never older than they are (read
@@ -61,6 +62,10 @@ async def get_feed(feed_id: FeedId, service: Service, user: UserId) -> FeedOut:
     model = await service.update_model(registered.feed)
     if model is not None:
         out.update_model = UpdateModelOut.of(model)
+    push = await service.push_status(feed_id)
+    if push is not None:
+        out.push = PushOut(hub=push.hub, state=push.state, lease_expires_at=push.lease_expires_at,
+                           last_notification_at=push.last_notification_at)
     return out
 
 

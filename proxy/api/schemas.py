@@ -113,6 +113,17 @@ def next_probe_reason(
     return "cache_hint"  # Cache-Control max-age / Expires / RSS <ttl> of the last document
 
 
+class PushOut(BaseModel):
+    """The feed's WebSub subscription (issue 44, docs/websub.md): its hub, its state
+    (``pending``, ``subscribed``, ``denied``, ``expired``, ``unsubscribing``), when the
+    hub's lease ends and when the hub last pushed a valid update."""
+
+    hub: str
+    state: str
+    lease_expires_at: dt.datetime | None
+    last_notification_at: dt.datetime | None
+
+
 class FeedOut(BaseModel):
     """One of your feeds: your registration (the URL as you gave it, your ping token, when you
     registered it) over the feed's shared health. ``id`` is the feed's id; ``profiles``
@@ -144,6 +155,8 @@ class FeedOut(BaseModel):
     asked), ``cache_hint`` (the document's max-age / Expires / ttl); null when nothing holds it."""
     recent_probes: list[ProbeOut] | None = None
     """The newest probes, newest first (one feed only)."""
+    push: PushOut | None = None
+    """The feed's WebSub subscription (one feed only; null when it has none)."""
 
     def with_activity(self, activity: FeedActivity, now: dt.datetime) -> FeedOut:
         """This feed's detail: counts, last success, the last probe's status and error, why it waits."""

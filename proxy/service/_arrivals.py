@@ -1,7 +1,8 @@
 """Updates that arrive: a feed's publisher (or a user for it) says the feed changed.
 
-Today that is a ping (``POST /api/v1/feeds/{id}/ping`` with a registration's token).
-Push notifications (WebSub, next) land here too: whatever the channel, an arrival is
+A ping (``POST /api/v1/feeds/{id}/ping`` with a registration's token), or a WebSub
+content distribution (issue 44; :mod:`~proxy.service._websub` checks its signature and
+calls :meth:`Arrivals.apply_push`): whatever the channel, an arrival is
 authenticated, rate-limited per feed, and then heard by the evaluator for the rules of
 the users it speaks for (``on: ping`` rules and watch rules open or grow CEIs) and
 taught to the feed's update model. shared/design.md: a push is one more way to learn
@@ -84,7 +85,14 @@ class Arrivals:
         profiles = {str(pid) for pid in await self._s.store.profile_ids_of(users)}
         return await self._s.host.call(self._hear_ping, feed_id, profiles, users)
 
-    def _hear_ping(self, feed_id: int, profiles: set[str], users: list[int]) -> int:
+    async def apply_push(self, feed_id: int, users: list[int]) -> int:
+        """A WebSub content distribution (signature checked by :mod:`~proxy.service._websub`):
+        heard exactly as a ping of every user who registered the feed (issue 44)."""
+        profiles = {str(pid) for pid in await self._s.store.profile_ids_of(users)}
+        return await self._s.host.call(self._hear_ping, feed_id, profiles, users, "push")
+
+    def _hear_ping(self, feed_id: int, profiles: set[str], users: list[int],
+                   kind: str = "ping") -> int:
         """On the loop's thread: the evaluator hears the ping; returns the ops it caused."""
         rt = self._s.require_leader()
         slot = rt.feeds.by_id.get(feed_id)
@@ -99,5 +107,5 @@ class Arrivals:
         steps += rt.drain_all()
         steps += rt.rule_states()
         self._s.submit(steps)
-        log.info("ping", feed=feed_id, users=users, chronon=rt.engine.now, ops=len(ops))
+        log.info(kind, feed=feed_id, users=users, chronon=rt.engine.now, ops=len(ops))
         return len(ops)

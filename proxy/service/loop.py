@@ -177,6 +177,8 @@ class ChrononLoop:
     predicted: PredictedProbes | None = None
     #: Chronons between two probes of a feed no rule reads, with budget no rule needs (0: none).
     unwatched_every: int = 0
+    #: Told ``(feed_id, url, hub, self_url)`` after each 200 (WebSub discovery, issue 44).
+    on_push_links: Callable[[int, str, str | None, str | None], None] | None = None
     #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
     _allocator: CaptureExplore = field(default_factory=background_allocator)
 
@@ -505,6 +507,11 @@ class ChrononLoop:
         _update_slot(slot, result, validators=not known_failed)
         if isinstance(result, Ok) and not known_failed:
             slot.seen = frozenset(e.identity for e in result.entries)
+        if isinstance(result, Ok) and self.on_push_links is not None:
+            try:
+                self.on_push_links(slot.id, result.state.url, result.hub, result.self_url)
+            except Exception:  # the probe's own bookkeeping must go on
+                log.exception("push_links_failed", feed=slot.id)
         rt.feeds.note(slot)
         update = FeedUpdate(
             probed_at=finished,

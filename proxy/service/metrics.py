@@ -45,6 +45,9 @@ CEI_STATES = ("pending", "captured", "missed")
 # Outcomes of delivery attempts (proxy.service.dispatch): sent (2xx), will retry, given up
 # (dead letter), 410 Gone (target disabled), not sent because the target is disabled.
 PING_OUTCOMES = ("accepted", "rate_limited")
+# WebSub (issue 44): a subscription's states, and what became of each content distribution.
+WEBSUB_STATES = ("pending", "subscribed", "denied", "expired", "unsubscribing")
+WEBSUB_OUTCOMES = ("accepted", "bad_signature", "unknown", "too_large", "not_subscribed")
 DELIVERY_OUTCOMES = ("delivered", "retry", "failed", "gone", "target_disabled")
 
 
@@ -148,6 +151,19 @@ class ServiceMetrics:
             ["outcome"], registry=r)
         for outcome in PING_OUTCOMES:
             self.pings.labels(outcome=outcome)
+        self.websub_subscriptions = Gauge(
+            "proxy_websub_subscriptions",
+            "WebSub subscriptions by state (pending, subscribed, denied, expired, unsubscribing), "
+            "as last counted by the leader.", ["state"], registry=r)
+        for state in WEBSUB_STATES:
+            self.websub_subscriptions.labels(state=state)
+        self.websub_notifications = Counter(
+            "proxy_websub_notifications",
+            "WebSub content distributions received, by outcome: accepted (heard as an update), "
+            "bad_signature, unknown (no such callback), too_large, not_subscribed; all but "
+            "accepted are answered 2xx and ignored (WebSub §8).", ["outcome"], registry=r)
+        for outcome in WEBSUB_OUTCOMES:
+            self.websub_notifications.labels(outcome=outcome)
         for outcome in PROBE_OUTCOMES:
             self.probes.labels(outcome=outcome)
         for state in CEI_STATES:

@@ -65,6 +65,7 @@ from proxy.service._registrations import Registrations
 from proxy.service._replication import Replication
 from proxy.service._shared import Shared, fetcher_settings
 from proxy.service._update_models import SAVED_MODELS_TTL_SECONDS, UPDATE_MODELS_KEY, UpdateModels
+from proxy.service._websub import CallbackAnswer, PushStatus, WebSub
 from proxy.service.changes import ChangeListener
 from proxy.service.clock import ChrononClock
 from proxy.service.leader import Leader
@@ -154,6 +155,7 @@ class ProxyService:
         self._profiles = Profiles(shared, self._models, self.profile_changes)
         self._reads = Reads(shared, self._models)
         self._dry_runs = DryRuns(shared)
+        self._websub = WebSub(shared, self._arrivals)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -168,9 +170,11 @@ class ProxyService:
         """Open the store and the fetcher, then lead (restore and tick) or stand by
         (:meth:`Lifecycle.start`)."""
         await self._lifecycle.start()
+        await self._websub.start()
 
     async def stop(self) -> None:
         """Stop ticking, write what is queued, give the lease up, close what we opened."""
+        await self._websub.stop()
         await self._lifecycle.stop()
 
     def stop_now(self) -> None:
@@ -297,6 +301,24 @@ class ProxyService:
     async def delete_feed(self, user_id: int, feed_id: int) -> None:
         """Delete the user's registration (:class:`ConflictError` while their rules read it)."""
         await self._registrations.delete_feed(user_id, feed_id)
+        self._websub.poke()  # its last registration gone: unsubscribe at the hub
+
+    @property
+    def websub(self) -> WebSub:
+        """The WebSub subscriber (issue 44): its reconciliation, for tests and operators."""
+        return self._websub
+
+    async def websub_verify(self, callback_id: str, params: dict[str, str]) -> CallbackAnswer:
+        """A hub's verification of intent or denial (:meth:`WebSub.verify`)."""
+        return await self._websub.verify(callback_id, params)
+
+    async def websub_notify(self, callback_id: str, body: bytes, signature: str | None) -> CallbackAnswer:
+        """A hub's content distribution (:meth:`WebSub.notify`)."""
+        return await self._websub.notify(callback_id, body, signature)
+
+    async def push_status(self, feed_id: int) -> PushStatus | None:
+        """The feed's WebSub subscription, for its detail (``None``: none)."""
+        return await self._websub.status(feed_id)
 
     async def rotate_ping_token(self, user_id: int, feed_id: int) -> Registration:
         """A new ping token for the user's registration; the old one stops working."""

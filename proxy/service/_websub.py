@@ -1,0 +1,367 @@
+"""WebSub subscriber (issue 44; W3C WebSub Recommendation 2018, §5–§8): the subscriptions'
+lifecycle and the callbacks' handling.
+
+Discovery happens at every successful probe (:func:`proxy.feeds.websub.discover`; the loop
+calls :meth:`WebSub.links_seen` on its thread). The leader's reconciliation task, on the
+API's event loop, then makes the ``websub_subscriptions`` table agree with what the feeds
+advertise: it subscribes a feed that names a hub (§5.1: ``hub.mode=subscribe``, the topic
+is the feed's ``self`` URL, else its URL; a random callback id and secret per
+subscription), resubscribes when the hub or the topic changes, renews at 85% of the lease,
+marks a lease that ran out ``expired`` (and asks again), and unsubscribes once the feed's
+last registration is gone. A request the hub refuses (4xx/5xx, no answer) is asked again
+after an exponential back-off. Hub URLs pass the SSRF guard like feed URLs.
+
+The callbacks (``/websub/{callback_id}``, no API key): a verification of intent (§5.3)
+is echoed only for a request this process made and has not seen verified, of that exact
+topic; a denial (§5.2) is recorded. A content distribution (§7) whose ``X-Hub-Signature``
+is valid (§8) is an update of the feed heard exactly as a ping is
+(:meth:`~proxy.service._arrivals.Arrivals.apply_push`), for the rules of everyone who
+registered the feed; any other is answered 2xx, ignored and counted (§8 says so: a
+forger learns nothing).
+
+What it does not do: capture EIs with the pushed document (the loop's probe still fetches
+the feed: docs/websub.md says why), or stop polling a pushed feed (a subscription that is
+not ``subscribed`` changes nothing; one that is only opens CEIs earlier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urljoin
+
+import httpx
+import structlog
+
+from proxy.feeds import FeedUrlRefusedError, SystemResolver
+from proxy.feeds.fetch import check_feed_url
+from proxy.feeds.parse import FeedParseError, parse_document
+from proxy.feeds.websub import signature_valid
+from proxy.service._arrivals import Arrivals
+from proxy.service._replication import forward
+from proxy.service._shared import Shared, fetcher_settings
+from proxy.service.changes import Change
+from proxy.store import WebSubSubscription
+
+log = structlog.get_logger("proxy.service")
+
+#: §5.1.2 / §6: renew before the lease lapses; 85% leaves room for a slow hub.
+RENEW_AT = 0.85
+#: A request the hub accepted but never verified is asked again after this long.
+VERIFY_WITHIN = dt.timedelta(minutes=5)
+#: A denial (§5.2) is final for this long, then the feed is asked again.
+DENIED_FOR = dt.timedelta(days=1)
+#: Back-off of refused requests: BASE * 2**failures, at most MAX.
+BACKOFF_BASE = dt.timedelta(seconds=30)
+BACKOFF_MAX = dt.timedelta(hours=6)
+#: An unsubscription never verified is forgotten after this many attempts (the lease lapses).
+UNSUBSCRIBE_ATTEMPTS = 5
+MAX_REDIRECTS = 3
+RECONCILE_EVERY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class PushStatus:
+    """A feed's push subscription as the feed detail shows it."""
+
+    hub: str
+    state: str
+    lease_expires_at: dt.datetime | None
+    last_notification_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackAnswer:
+    """What a callback route answers: status and plain-text body."""
+
+    status: int
+    body: str = ""
+
+
+def _backoff(failures: int) -> dt.timedelta:
+    step: dt.timedelta = BACKOFF_BASE * (2 ** min(failures, 20))
+    return min(step, BACKOFF_MAX)
+
+
+class WebSub:
+    """Subscriptions' lifecycle and callbacks (module docstring). Off without PROXY_PUBLIC_URL."""
+
+    def __init__(self, shared: Shared, arrivals: Arrivals) -> None:
+        self._s = shared
+        self._arrivals = arrivals
+        self.public_url = shared.settings.public_url
+        #: feed id -> (hub, topic), written on the loop's thread at each successful probe.
+        self._links: dict[int, tuple[str, str]] = {}
+        self._wake: asyncio.Event | None = None
+        self._api_loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self.reconcile_every = RECONCILE_EVERY
+
+    @property
+    def enabled(self) -> bool:
+        return self.public_url is not None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the reconciliation task (or say once that WebSub is off)."""
+        if not self.enabled:
+            log.info("websub_off", reason="PROXY_PUBLIC_URL is not set: every feed is polled")
+            return
+        log.info("websub_on", callback_base=f"{self.public_url}/websub/")
+        self._api_loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(10.0), follow_redirects=False,
+            headers={"User-Agent": self._s.settings.user_agent})
+        if self._s.loop is not None:
+            self._s.loop.on_push_links = self.links_seen
+        self._task = asyncio.create_task(self._run(), name="websub")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def poke(self) -> None:
+        """Reconcile soon (a feed was deleted, a link changed); callable from any thread."""
+        loop, wake = self._api_loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(wake.set)
+
+    def links_seen(self, feed_id: int, feed_url: str, hub: str | None, self_url: str | None) -> None:
+        """On the loop's thread, after a successful probe: what the feed advertises now."""
+        if hub is None:
+            if self._links.pop(feed_id, None) is not None:
+                self.poke()
+            return
+        links = (hub, self_url or feed_url)
+        if self._links.get(feed_id) != links:
+            self._links[feed_id] = links
+            self.poke()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.reconcile_every)
+            self._wake.clear()
+            loop = self._s.loop
+            if loop is not None:
+                loop.on_push_links = self.links_seen
+            if self._s.runtime is None:
+                continue  # a standby or a replica: the leader keeps the subscriptions
+            try:
+                await self.reconcile()
+            except Exception:  # a round failed (database away); the next one retries
+                log.exception("websub_reconcile_failed")
+
+    # ------------------------------------------------------------------ reconciliation
+
+    async def reconcile(self) -> None:
+        """Make the subscriptions agree with the feeds and the clock (module docstring)."""
+        store = self._s.store
+        now = self._s.clock.now()
+        feeds = await store.feed_ids()
+        subs = await store.websub_list()
+        current: dict[int, WebSubSubscription] = {}
+        for sub in subs:
+            due = sub.next_attempt_at is None or sub.next_attempt_at <= now
+            if sub.state == "unsubscribing":
+                if due:
+                    await self._unsubscribe(sub, now)
+                continue
+            if sub.feed_id not in feeds:
+                await self._unsubscribe(sub, now)
+                continue
+            links = self._links.get(sub.feed_id)
+            if links is not None and links != (sub.hub, sub.topic):
+                log.info("websub_links_changed", feed=sub.feed_id, hub=links[0], topic=links[1])
+                await self._unsubscribe(sub, now)
+                continue
+            current[sub.feed_id] = sub
+            if sub.state == "subscribed":
+                expires = sub.lease_expires_at
+                if expires is not None and expires <= now:
+                    await store.websub_update(sub.id, state="expired", requested_at=None,
+                                              next_attempt_at=None)
+                    await self._subscribe(sub, now)
+                elif expires is not None and sub.lease_seconds and due and (
+                        now >= expires - dt.timedelta(seconds=sub.lease_seconds * (1 - RENEW_AT))):
+                    await self._subscribe(sub, now)  # renewal: the row stays subscribed
+            elif due:  # pending unverified, expired, denied: ask again
+                await self._subscribe(sub, now)
+        for feed_id, (hub, topic) in list(self._links.items()):
+            if feed_id not in feeds:
+                self._links.pop(feed_id, None)
+            elif feed_id not in current:
+                sub = await store.websub_create(
+                    feed_id, hub=hub, topic=topic, callback_id=secrets.token_urlsafe(24),
+                    secret=secrets.token_urlsafe(32), now=now)
+                await self._subscribe(sub, now)
+        counts = await store.websub_counts()
+        for state, n in counts.items():
+            self._s.metrics.websub_subscriptions.labels(state=state).set(n)
+
+    async def _subscribe(self, sub: WebSubSubscription, now: dt.datetime) -> None:
+        state = "subscribed" if sub.state == "subscribed" else "pending"
+        await self._ask(sub, "subscribe", state, now)
+
+    async def _unsubscribe(self, sub: WebSubSubscription, now: dt.datetime) -> None:
+        if sub.state not in ("subscribed", "pending", "unsubscribing") or (
+                sub.state == "unsubscribing" and sub.failures >= UNSUBSCRIBE_ATTEMPTS):
+            # Never verified (or the hub will not answer): nothing to undo; its lease lapses.
+            await self._s.store.websub_delete(sub.id)
+            return
+        await self._ask(sub, "unsubscribe", "unsubscribing", now)
+
+    async def _ask(self, sub: WebSubSubscription, mode: str, state: str, now: dt.datetime) -> None:
+        """POST the hub a (un)subscription request (§5.1); the row records the attempt first,
+        because the hub may verify before it answers us."""
+        store = self._s.store
+        await store.websub_update(sub.id, state=state, requested_at=now,
+                                  next_attempt_at=now + VERIFY_WITHIN)
+        form = {
+            "hub.mode": mode,
+            "hub.topic": sub.topic,
+            "hub.callback": f"{self.public_url}/websub/{sub.callback_id}",
+        }
+        if mode == "subscribe":
+            form["hub.secret"] = sub.secret
+            form["hub.lease_seconds"] = str(self._s.settings.websub_lease_seconds)
+        problem = await self._post(sub.hub, form)
+        if problem is None:
+            await store.websub_update(sub.id, failures=0, reason=None)
+            log.info("websub_requested", feed=sub.feed_id, mode=mode, hub=sub.hub)
+            return
+        failures = sub.failures + 1
+        await store.websub_update(
+            sub.id, failures=failures, reason=problem, requested_at=None,
+            next_attempt_at=now + _backoff(failures))
+        log.warning("websub_request_failed", feed=sub.feed_id, mode=mode, hub=sub.hub,
+                    problem=problem, failures=failures)
+
+    async def _post(self, hub: str, form: dict[str, str]) -> str | None:
+        """POST ``form`` to the hub, following 307/308 (they keep the method and body);
+        ``None`` on a 2xx, else what went wrong."""
+        assert self._client is not None
+        policy = fetcher_settings(self._s.settings).address_policy
+        url = hub
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                await check_feed_url(url, policy, SystemResolver())
+            except FeedUrlRefusedError as exc:
+                return f"hub refused by the SSRF guard: {exc}"
+            try:
+                resp = await self._client.post(url, data=form)
+            except httpx.HTTPError as exc:
+                return f"{type(exc).__name__}: {exc}"[:500]
+            if resp.status_code in (307, 308) and "location" in resp.headers:
+                url = urljoin(url, resp.headers["location"])
+                continue
+            if 200 <= resp.status_code < 300:
+                return None
+            return f"hub answered {resp.status_code}: {resp.text[:200]}"
+        return f"more than {MAX_REDIRECTS} redirects"
+
+    # ------------------------------------------------------------------ callbacks
+
+    async def verify(self, callback_id: str, params: dict[str, str]) -> CallbackAnswer:
+        """§5.3 verification of intent, or §5.2 denial: the GET on a callback."""
+        store = self._s.store
+        sub = await store.websub_by_callback(callback_id)
+        mode = params.get("hub.mode", "")
+        topic = params.get("hub.topic", "")
+        if sub is None or topic != sub.topic:
+            return CallbackAnswer(404, "no such subscription\n")
+        now = self._s.clock.now()
+        if mode == "denied":
+            reason = params.get("hub.reason", "")[:500] or "denied by the hub"
+            await store.websub_update(sub.id, state="denied", reason=reason, requested_at=None,
+                                      next_attempt_at=now + DENIED_FOR)
+            log.warning("websub_denied", feed=sub.feed_id, hub=sub.hub, reason=reason)
+            return CallbackAnswer(200)
+        challenge = params.get("hub.challenge")
+        if not challenge or sub.requested_at is None:
+            return CallbackAnswer(404, "no request of ours awaits verification\n")
+        if mode == "subscribe" and sub.state in ("pending", "subscribed"):
+            try:
+                lease = int(params.get("hub.lease_seconds", ""))
+            except ValueError:
+                lease = self._s.settings.websub_lease_seconds
+            lease = max(lease, 1)
+            await store.websub_update(
+                sub.id, state="subscribed", lease_seconds=lease, requested_at=None,
+                lease_expires_at=now + dt.timedelta(seconds=lease), failures=0, reason=None,
+                next_attempt_at=None)
+            log.info("websub_subscribed", feed=sub.feed_id, hub=sub.hub, lease_seconds=lease)
+            self.poke()  # the gauge
+            return CallbackAnswer(200, challenge)
+        if mode == "unsubscribe" and sub.state == "unsubscribing":
+            await store.websub_delete(sub.id)
+            log.info("websub_unsubscribed", feed=sub.feed_id, hub=sub.hub)
+            self.poke()
+            return CallbackAnswer(200, challenge)
+        return CallbackAnswer(404, "no such request awaits verification\n")
+
+    async def notify(self, callback_id: str, body: bytes, signature: str | None) -> CallbackAnswer:
+        """§7 content distribution: a valid one is an update of the feed (module docstring)."""
+        s = self._s
+        store = s.store
+        count = s.metrics.websub_notifications
+        sub = await store.websub_by_callback(callback_id)
+        if sub is None:
+            count.labels(outcome="unknown").inc()
+            # §7: 410 Gone tells the hub to stop delivering to a callback we do not know.
+            return CallbackAnswer(410, "no such subscription\n")
+        now = s.clock.now()
+        outcome = "accepted"
+        if len(body) > s.settings.max_body_bytes:
+            outcome = "too_large"
+        elif sub.state not in ("subscribed", "unsubscribing") and sub.requested_at is None:
+            outcome = "not_subscribed"
+        elif not signature_valid(signature, sub.secret, body):
+            outcome = "bad_signature"
+        count.labels(outcome=outcome).inc()
+        await store.websub_notified(sub.id, accepted=outcome == "accepted", at=now)
+        if outcome != "accepted":
+            # §8: answer 2xx all the same, so a forger learns nothing.
+            log.warning("websub_notification_ignored", feed=sub.feed_id, outcome=outcome)
+            return CallbackAnswer(202)
+        new = await self._new_entries(sub.feed_id, body)
+        users = await store.feed_registrants(sub.feed_id)
+        if users:
+            if s.replica:
+                await forward(store, Change("ping", sub.feed_id, users=tuple(users)))
+            elif s.runtime is not None:
+                await self._arrivals.apply_push(sub.feed_id, users)
+        log.info("websub_notification", feed=sub.feed_id, new_entries=new, users=len(users))
+        return CallbackAnswer(202)
+
+    async def _new_entries(self, feed_id: int, body: bytes) -> int | None:
+        """How many entries of the pushed document the proxy has not stored (logged only: the
+        probe the update leads to stores them). ``None``: not a feed (a fat ping's body)."""
+        try:
+            parsed = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: parse_document(body, url=""))
+        except FeedParseError:
+            return None
+        ids = [e.identity for e in parsed.entries]
+        known = await self._s.store.known_identities(feed_id, ids) if ids else set()
+        return len(set(ids) - known)
+
+    async def status(self, feed_id: int) -> PushStatus | None:
+        """The feed's push subscription for its detail (``None``: none)."""
+        sub = await self._s.store.websub_of_feed(feed_id)
+        if sub is None:
+            return None
+        return PushStatus(sub.hub, sub.state, sub.lease_expires_at, sub.last_notification_at)
