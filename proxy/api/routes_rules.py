@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from proxy.api.deps import Service, UserId
 from proxy.api.problems import problem_responses
 from proxy.rules import RuleSpec
-from proxy.service._dry_run import EntryVerdict, FeedTrial, RuleTrial
+from proxy.service import EntryVerdict, FeedTrial, RuleTrial
 
 router = APIRouter(prefix="/api/v1", tags=["rules"])
 

@@ -26,8 +26,7 @@ from starlette.datastructures import FormData
 
 from proxy.errors import ConflictError, NotFoundError, RateLimitedError, ValidationError
 from proxy.feeds.opml import MAX_OPML_BYTES, OpmlError
-from proxy.service import ProxyService
-from proxy.service._dry_run import RuleTrial
+from proxy.service import ProxyService, RuleTrial
 from proxy.service.opml import export_opml, import_opml
 from proxy.web._forms import (
     ENTRY_FIELDS,
