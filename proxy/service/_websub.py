@@ -100,6 +100,8 @@ class WebSub:
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self.reconcile_every = RECONCILE_EVERY
+        #: One reconciliation at a time (the task's, and a caller's: tests, operators).
+        self._round = asyncio.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -169,6 +171,10 @@ class WebSub:
 
     async def reconcile(self) -> None:
         """Make the subscriptions agree with the feeds and the clock (module docstring)."""
+        async with self._round:
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
         store = self._s.store
         now = self._s.clock.now()
         feeds = await store.feed_ids()
@@ -192,9 +198,10 @@ class WebSub:
             if sub.state == "subscribed":
                 expires = sub.lease_expires_at
                 if expires is not None and expires <= now:
+                    log.info("websub_expired", feed=sub.feed_id, hub=sub.hub)
                     await store.websub_update(sub.id, state="expired", requested_at=None,
                                               next_attempt_at=None)
-                    await self._subscribe(sub, now)
+                    await self._ask(sub, "subscribe", "pending", now)  # a new subscription
                 elif expires is not None and sub.lease_seconds and due and (
                         now >= expires - dt.timedelta(seconds=sub.lease_seconds * (1 - RENEW_AT))):
                     await self._subscribe(sub, now)  # renewal: the row stays subscribed
