@@ -192,3 +192,23 @@ async def test_without_a_public_url_websub_is_off(database_url: str, hub: StandI
         assert not w.service.websub.enabled
         r = await w.client.get("/websub/anything", params={"hub.mode": "subscribe"})
         assert r.status_code == 404
+
+
+async def test_a_deleted_feed_is_unsubscribed_and_forgotten_if_never_verified(
+    w: World, hub: StandIn,
+) -> None:
+    websub = w.service.websub
+    websub.links_seen(w.feed, FEED_URL, hub.base + "/hub", None)
+    await websub.reconcile()
+    await w.verify("subscribe")
+    await w.service.store.delete_feed(w.feed)
+    for attempt in range(5):  # the hub accepts each request and never verifies it
+        w.at(attempt * 301)
+        await websub.reconcile()
+    assert [f["hub.mode"] for _, f in hub.requests] == ["subscribe"] + ["unsubscribe"] * 5
+    [sub] = await w.service.store.websub_list()
+    assert sub.state == "unsubscribing"
+    w.at(5 * 301)
+    await websub.reconcile()
+    assert await w.service.store.websub_list() == []  # its lease lapses at the hub by itself
+    assert len(hub.requests) == 6

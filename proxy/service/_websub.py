@@ -247,7 +247,10 @@ class WebSub:
             form["hub.lease_seconds"] = str(self._s.settings.websub_lease_seconds)
         problem = await self._post(sub.hub, form)
         if problem is None:
-            await store.websub_update(sub.id, failures=0, reason=None)
+            # An unsubscription counts its attempts, verified or not: a hub that accepts and
+            # never verifies does not keep the row for ever (UNSUBSCRIBE_ATTEMPTS).
+            tries = sub.failures + 1 if mode == "unsubscribe" else 0
+            await store.websub_update(sub.id, failures=tries, reason=None)
             log.info("websub_requested", feed=sub.feed_id, mode=mode, hub=sub.hub)
             return
         failures = sub.failures + 1
