@@ -59,7 +59,7 @@ from proxy.core.discovery import (
 from proxy.core.model import EI, Workload
 from proxy.core.rates import KnownRates, OnlineRates, RateModel, UpdatePredictor
 from proxy.core.sup import Life, SupPlanner, WatchSpec
-from proxy.sim.run import Result, _result
+from proxy.sim.result import Result, result_of
 
 PLANNERS = ("sup", "fbsup")
 
@@ -369,7 +369,7 @@ def simulate_pull(
         extra["planner"] = planner_name
         extra["predicted_eis"] = predicted
         extra["feedback_eis"] = planner.extra
-    return _result(workload, policy_name, schedule, runtime, extra)
+    return result_of(workload, policy_name, schedule, runtime, extra)
 
 
 def _replace_background(opts: PullOptions, background: Background) -> PullOptions:

@@ -17,39 +17,19 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from proxy.core.model import Workload
-from proxy.sim.score import score_schedule
-from proxy.sim.workload_io import ResultFile
+from proxy.sim.result import Result, result_of
 
 if TYPE_CHECKING:
     from proxy.sim.pull import PullOptions
 
+__all__ = ["OFFLINE", "Result", "arrivals", "simulate"]
+
 OFFLINE = ("optimal", "lp-bound")
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """One policy's run over one workload."""
-
-    policy: str
-    schedule: tuple[tuple[int, int], ...]
-    captured: int
-    total: int
-    completeness: float
-    probes: int
-    runtime_s: float
-    extra: dict[str, object] = field(default_factory=dict)
-
-    def to_file(self) -> ResultFile:
-        meta: dict[str, object] = {"runtime_s": round(self.runtime_s, 6), **self.extra}
-        return ResultFile(
-            policy=self.policy, captured=self.captured, total=self.total,
-            completeness=self.completeness, probes=self.probes, schedule=self.schedule, meta=meta,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +134,7 @@ def simulate(
     engine_captured = _engine_captured(engine)
     if engine_captured is not None:
         extra["engine_captured"] = engine_captured
-    return _result(workload, policy_name, schedule, runtime, extra)
+    return result_of(workload, policy_name, schedule, runtime, extra)
 
 
 def _engine_captured(engine: object) -> int | None:
@@ -185,18 +165,6 @@ def _offline(
         "constraints": res.constraints,
         "dropped_ceis": res.dropped_ceis,
     }
-    return _result(workload, name, list(res.schedule), runtime, extra)
+    return result_of(workload, name, list(res.schedule), runtime, extra)
 
 
-def _result(
-    workload: Workload, policy: str, schedule: Sequence[tuple[int, int]], runtime: float,
-    extra: dict[str, object],
-) -> Result:
-    score = score_schedule(workload, schedule)
-    if not score.ok:
-        # A policy or solver broke the rules: that is a bug, not a result.
-        raise RuntimeError(f"{policy} produced an invalid schedule: {'; '.join(score.problems[:5])}")
-    return Result(
-        policy=policy, schedule=tuple(schedule), captured=score.captured, total=score.total,
-        completeness=score.completeness, probes=score.probes, runtime_s=runtime, extra=extra,
-    )
