@@ -3,7 +3,8 @@
 :class:`ProxyService` is a facade over rooms of one purpose each (issue 46):
 :mod:`~proxy.service._lifecycle` (start, stop, lease, standby, housekeeping),
 :mod:`~proxy.service._update_models`, :mod:`~proxy.service._registrations` (feeds),
-:mod:`~proxy.service._arrivals` (updates that arrive: pings), :mod:`~proxy.service._profiles`,
+:mod:`~proxy.service._arrivals` (updates that arrive: pings, pushes),
+:mod:`~proxy.service._websub` (WebSub subscriptions), :mod:`~proxy.service._profiles`,
 :mod:`~proxy.service._replication`, :mod:`~proxy.service._deliveries` and
 :mod:`~proxy.service._reads`. Each room receives the one :class:`Shared` of its service;
 only the lifecycle opens, replaces and clears what it holds (the stores, the runtime, the

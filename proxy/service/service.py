@@ -25,7 +25,8 @@ room                                   holds
 :mod:`~proxy.service._housekeeping`    the leader's periodic jobs (retention, roll-up)
 :mod:`~proxy.service._update_models`   update models saved, restored, read anywhere
 :mod:`~proxy.service._registrations`   users' feeds: register, delete, ping tokens
-:mod:`~proxy.service._arrivals`        updates that arrive: pings (push, e.g. WebSub, next)
+:mod:`~proxy.service._arrivals`        updates that arrive: pings, WebSub pushes
+:mod:`~proxy.service._websub`          WebSub subscriptions' lifecycle; the hubs' callbacks
 :mod:`~proxy.service._profiles`        users' profiles: create, replace, delete, status
 :mod:`~proxy.service._replication`     API replicas' changes forwarded to, applied by, the leader
 :mod:`~proxy.service._deliveries`      event streams; deliveries' and targets' operations
