@@ -53,11 +53,17 @@ async def test_a_hub_verifies_pushes_and_forgets_the_proxy(database_url: str, tm
     settings = e2e_settings(database_url, chronon_seconds=0.2, budget=2,
                             public_url=f"http://127.0.0.1:{port}")
     with websub_hub(tmp_path) as hub:
-        async with FeedFarm(["pushed", "pulled"], prefill=2, hub=hub.url) as farm, \
+        # push_seed=1 draws "pushed" and not "pulled" (asserted below): a mixed farm.
+        async with FeedFarm(["pushed", "pulled"], prefill=2, hub=hub.url, push_share=0.5,
+                            push_seed=1) as farm, \
                 running(settings) as px, served(px, port) as base:
+            assert farm.push_feeds == ["pushed"]
             r = await px.post("/api/v1/feeds", {"url": farm.url("pushed")})
             assert r.status_code == 201, r.text
             feed = r.json()["id"]
+            r = await px.post("/api/v1/feeds", {"url": farm.url("pulled")})
+            assert r.status_code == 201, r.text
+            pulled = r.json()["id"]
             topic = farm.url("pushed")
 
             # Discovery at the first probe, then subscription, verified by the hub (§5.3).
@@ -77,6 +83,12 @@ async def test_a_hub_verifies_pushes_and_forgets_the_proxy(database_url: str, tm
             assert sub is not None and sub.topic == topic and sub.secret == secret
             assert callback == f"{base}/websub/{sub.callback_id}"
             assert len(sub.callback_id) >= 32  # random (secrets.token_urlsafe), not the feed id
+            # The pull-only feed was probed too, and names no hub: no subscription, polled as ever.
+            async def probed() -> dict[str, Any] | None:
+                detail: dict[str, Any] = (await px.get(f"/api/v1/feeds/{pulled}")).json()
+                return detail if detail["last_outcome"] == "ok" else None
+
+            assert (await eventually(probed, what="the pull-only feed probed"))["push"] is None
 
             async def counted() -> bool:  # the gauge: counted at the reconciliation the verification wakes
                 return await metric(px, 'proxy_websub_subscriptions{state="subscribed"}') == 1

@@ -79,3 +79,47 @@ def test_without_a_hub_nothing_pushes() -> None:
     assert FeedFarm(5).push_feeds == []
     with pytest.raises(ValueError, match="push_share"):
         FeedFarm(5, hub="http://h/", push_share=1.5)
+
+
+def test_the_cli_serves_a_seeded_share_of_push_feeds() -> None:
+    """``proxy farm serve --hub URL --push-share F --push-seed N`` as a subprocess."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from proxy.farm import FarmProcess
+    from tests.proc_support import poll_until
+
+    received: list[dict[str, list[str]]] = []
+
+    class Hub(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            received.append(parse_qs(self.rfile.read(length).decode()))
+            self.send_response(202)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    hub_url = f"http://127.0.0.1:{server.server_address[1]}/hub"
+    expected = FeedFarm(10, hub=hub_url, push_share=0.5, push_seed=3).push_feeds
+    assert 0 < len(expected) < 10
+    try:
+        args = ["--feeds", "10", "--hub", hub_url, "--push-share", "0.5", "--push-seed", "3"]
+        with FarmProcess(args) as farm, httpx.Client(base_url=farm.url, timeout=10.0) as c:
+            pushing = [f for f in map(str, range(10)) if "link" in c.get(f"/feeds/{f}.xml").headers]
+            assert pushing == expected
+            pull = next(f for f in map(str, range(10)) if f not in expected)
+            c.post(f"/_farm/feeds/{pull}/publish", json={})
+            c.post(f"/_farm/feeds/{expected[0]}/publish", json={})
+            poll_until(lambda: len(received) >= 1, within=30)
+            assert farm.stop() == 0
+        assert [q["hub.url"] for q in received] == [[f"{farm.url}/feeds/{expected[0]}.xml"]]
+        assert farm.summary is not None and farm.summary["hub_publishes"] == {"sent": 1}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
