@@ -212,3 +212,30 @@ async def test_a_deleted_feed_is_unsubscribed_and_forgotten_if_never_verified(
     await websub.reconcile()
     assert await w.service.store.websub_list() == []  # its lease lapses at the hub by itself
     assert len(hub.requests) == 6
+
+
+async def test_a_feed_that_stops_naming_its_hub_is_unsubscribed(w: World, hub: StandIn) -> None:
+    websub = w.service.websub
+    websub.links_seen(w.feed, FEED_URL, hub.base + "/hub", None)
+    await websub.reconcile()
+    await w.verify("subscribe")
+    websub.links_seen(w.feed, FEED_URL, None, None)  # the next document names no hub
+    await websub.reconcile()
+    assert [f["hub.mode"] for _, f in hub.requests] == ["subscribe", "unsubscribe"]
+    [sub] = await w.service.store.websub_list()
+    assert sub.state == "unsubscribing"
+    await websub.reconcile()
+    assert len(hub.requests) == 2  # no new subscription for it
+
+
+async def test_after_a_restart_a_feed_without_its_hub_is_still_unsubscribed(
+    w: World, hub: StandIn,
+) -> None:
+    websub = w.service.websub
+    websub.links_seen(w.feed, FEED_URL, hub.base + "/hub", None)
+    await websub.reconcile()
+    await w.verify("subscribe")
+    websub._links.clear()  # what a restart forgets: only the table remembers the subscription
+    websub.links_seen(w.feed, FEED_URL, None, None)
+    await websub.reconcile()
+    assert [f["hub.mode"] for _, f in hub.requests] == ["subscribe", "unsubscribe"]

@@ -36,6 +36,7 @@ from urllib.parse import urljoin
 import httpx
 import structlog
 
+from proxy.errors import FeedNotFoundError
 from proxy.feeds import FeedUrlRefusedError, SystemResolver
 from proxy.feeds.fetch import check_feed_url
 from proxy.feeds.parse import FeedParseError, parse_document
@@ -95,6 +96,10 @@ class WebSub:
         self.public_url = shared.settings.public_url
         #: feed id -> (hub, topic), written on the loop's thread at each successful probe.
         self._links: dict[int, tuple[str, str]] = {}
+        #: Feeds that stopped naming a hub (loop's thread adds, reconciliation takes), and the
+        #: feeds with a subscription as of the last reconciliation (replaced whole, read there).
+        self._dropped: set[int] = set()
+        self._with_sub: frozenset[int] = frozenset()
         self._wake: asyncio.Event | None = None
         self._api_loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -143,9 +148,13 @@ class WebSub:
     def links_seen(self, feed_id: int, feed_url: str, hub: str | None, self_url: str | None) -> None:
         """On the loop's thread, after a successful probe: what the feed advertises now."""
         if hub is None:
-            if self._links.pop(feed_id, None) is not None:
+            # A feed that stops naming its hub is unsubscribed (else its lease would be
+            # renewed for ever); one that never named one costs a set lookup.
+            if self._links.pop(feed_id, None) is not None or feed_id in self._with_sub:
+                self._dropped.add(feed_id)
                 self.poke()
             return
+        self._dropped.discard(feed_id)
         links = (hub, self_url or feed_url)
         if self._links.get(feed_id) != links:
             self._links[feed_id] = links
@@ -177,6 +186,7 @@ class WebSub:
     async def _reconcile(self) -> None:
         store = self._s.store
         now = self._s.clock.now()
+        dropped = set(self._dropped)  # the loop's thread may add more meanwhile: next round
         feeds = await store.feed_ids()
         subs = await store.websub_list()
         current: dict[int, WebSubSubscription] = {}
@@ -187,6 +197,10 @@ class WebSub:
                     await self._unsubscribe(sub, now)
                 continue
             if sub.feed_id not in feeds:
+                await self._unsubscribe(sub, now)
+                continue
+            if sub.feed_id in dropped:
+                log.info("websub_hub_dropped", feed=sub.feed_id, hub=sub.hub)
                 await self._unsubscribe(sub, now)
                 continue
             links = self._links.get(sub.feed_id)
@@ -215,6 +229,8 @@ class WebSub:
                     feed_id, hub=hub, topic=topic, callback_id=secrets.token_urlsafe(24),
                     secret=secrets.token_urlsafe(32), now=now)
                 await self._subscribe(sub, now)
+        self._dropped -= dropped
+        self._with_sub = frozenset(current)
         counts = await store.websub_counts()
         for state, n in counts.items():
             self._s.metrics.websub_subscriptions.labels(state=state).set(n)
@@ -353,7 +369,10 @@ class WebSub:
             if s.replica:
                 await forward(store, Change("ping", sub.feed_id, users=tuple(users)))
             elif s.runtime is not None:
-                await self._arrivals.apply_push(sub.feed_id, users)
+                try:
+                    await self._arrivals.apply_push(sub.feed_id, users)
+                except FeedNotFoundError:  # deleted meanwhile: nothing to hear it
+                    log.info("websub_notification_for_gone_feed", feed=sub.feed_id)
         log.info("websub_notification", feed=sub.feed_id, new_entries=new, users=len(users))
         return CallbackAnswer(202)
 
