@@ -373,8 +373,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    # A background job ignores SIGINT: SIGTERM ends the soak the same way, its `proxy serve`
+    # and farm stopped on the way out (asyncio.run cancels the soak's task).
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
+    if argv is None:  # run as a script, not from a test
+        signal.signal(signal.SIGTERM, _interrupted)
     samples, summary = asyncio.run(soak(args))
     write(samples, summary, args)
     print(json.dumps(summary, indent=1))
@@ -389,4 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as exc:  # its `proxy serve` and farm are stopped by now
+        sys.exit(f"bench_soak: interrupted ({exc})")
