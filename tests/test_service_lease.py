@@ -139,7 +139,10 @@ async def test_a_holder_whose_lease_is_taken_stops_ticking_and_writing_at_once(
 
 
 async def test_standby_exit_refuses_to_start_and_closes_what_it_opened(sqlite_url: str) -> None:
-    a = ProxyService(_settings(sqlite_url), housekeeping=False)
+    # A long TTL: this test is about the second service, not about renewals. With 1.5 s, a
+    # 2 s stall of a's start (seen once in a fresh-clone CI run, issue 48) made a step down
+    # by its own deadline before the test looked, as a holder past its TTL must.
+    a = ProxyService(e2e_settings(sqlite_url, lease_ttl_seconds=30.0), housekeeping=False)
     await a.start()
     try:
         b = ProxyService(e2e_settings(sqlite_url, standby="exit"), housekeeping=False)
