@@ -67,11 +67,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 import ahocorasick
 
 from proxy.rules._regex import MAX_TEXT, CompiledRegex, compile_safe_regex
+from proxy.rules.ports import EntryFields
 
 if TYPE_CHECKING:
     from proxy.rules.schemas import ConditionSpec
@@ -94,31 +95,6 @@ DEFAULT_FIELDS: tuple[FieldName, ...] = ("title", "summary")
 
 # Joins categories for keywords: neither whitespace nor a word character (see the docstring).
 _CATEGORY_JOIN = "\x00"
-
-
-class EntryFields(Protocol):
-    """The entry fields a condition reads (the feed layer's ``Entry`` satisfies it).
-
-    Every one may be absent: ``None`` (or an empty ``categories``) reads as no text.
-    """
-
-    @property
-    def title(self) -> str | None: ...
-
-    @property
-    def summary(self) -> str | None: ...
-
-    @property
-    def content(self) -> str | None: ...
-
-    @property
-    def link(self) -> str | None: ...
-
-    @property
-    def author(self) -> str | None: ...
-
-    @property
-    def categories(self) -> tuple[str, ...]: ...
 
 
 def normalize_text(text: str) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "ChrononGrid",
     "ChrononMapping",
     "EnginePort",
+    "EntryFields",
     "EntryLike",
     "Op",
     "OpenCei",
@@ -28,20 +29,13 @@ __all__ = [
 ]
 
 
-class EntryLike(Protocol):
-    """What a condition reads from a new entry (the feed layer's ``Entry`` satisfies it).
-
-    ``published`` (timezone-aware, or ``None`` when the feed gives none) dates
-    the update a probe discovered (:func:`proxy.rules.updates.estimate_update_chronon`).
-    ``link``, ``author`` and ``categories`` are what a ``when`` may select besides
-    the texts (:mod:`proxy.rules.matching`); each may be absent (``None``, ``()``).
-    """
+class EntryFields(Protocol):
+    """The entry fields a condition reads (:mod:`proxy.rules.matching`; the feed layer's
+    ``Entry`` satisfies it). Every one may be absent: ``None`` (or an empty ``categories``)
+    reads as no text."""
 
     @property
     def title(self) -> str | None: ...
-
-    @property
-    def published(self) -> datetime | None: ...
 
     @property
     def summary(self) -> str | None: ...
@@ -57,6 +51,16 @@ class EntryLike(Protocol):
 
     @property
     def categories(self) -> tuple[str, ...]: ...
+
+
+class EntryLike(EntryFields, Protocol):
+    """What the evaluator reads from a new entry: the fields a condition reads, and
+    ``published`` (timezone-aware, or ``None`` when the feed gives none), which dates
+    the update a probe discovered (:func:`proxy.rules.updates.estimate_update_chronon`).
+    """
+
+    @property
+    def published(self) -> datetime | None: ...
 
 
 class EnginePort(Protocol):
