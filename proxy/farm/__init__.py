@@ -16,6 +16,7 @@ from proxy.farm._docs import Entry, FeedFormat
 from proxy.farm._faults import FAULT_PARAMS, Fault, FaultMode, parse_fault_spec
 from proxy.farm._ping import PingRecord, PingRequest, PingResolver
 from proxy.farm._process import FarmProcess, FarmProcessError
+from proxy.farm._requests import RequestKind, RequestLog, RequestRecord, load_requests
 from proxy.farm._stats import FeedNotFoundError, FeedStats
 from proxy.farm._trace import (
     Clock,
@@ -51,9 +52,13 @@ __all__ = [
     "PingRequest",
     "PingResolver",
     "Publication",
+    "RequestKind",
+    "RequestLog",
+    "RequestRecord",
     "TraceEvent",
     "load_csv_trace",
     "load_publications",
+    "load_requests",
     "parse_fault_spec",
     "poisson_schedule",
 ]

@@ -97,6 +97,10 @@ def serve(
     log: Annotated[
         Path | None, typer.Option(help="Publication log (.jsonl, else CSV); appended.")
     ] = None,
+    request_log: Annotated[
+        Path | None, typer.Option(help="Log of every request (JSONL: ms, feed, status, validators, "
+                                       "bytes, User-Agent, kind); appended.")
+    ] = None,
     ping_url: Annotated[
         str | None,
         typer.Option(help="POST a ping per publication; {feed_id}, {feed_url}, {entry_id} expand."),
@@ -182,6 +186,7 @@ def serve(
                 else None
             ),
             log_path=log,
+            request_log=request_log if request_log is not None else False,
             ping=ping_url,
             ping_drop_rate=ping_drop_rate,
             ping_delay=_parse_delay(ping_delay),

@@ -60,6 +60,7 @@ from proxy.farm._docs import (
 from proxy.farm._faults import Fault, FaultMode
 from proxy.farm._http import HttpServer, Response, text_response
 from proxy.farm._ping import PingDelay, Pinger, PingRecord, PingRequest, PingResolver
+from proxy.farm._requests import RequestLog
 from proxy.farm._stats import FeedNotFoundError, FeedStats
 from proxy.farm._trace import (
     Clock,
@@ -141,6 +142,7 @@ class FeedFarm:
         drive: bool | None = None,
         entry_text: EntryText | None = None,
         log_path: str | Path | None = None,
+        request_log: str | Path | bool = False,
         ping: str | PingResolver | None = None,
         ping_drop_rate: float = 0.0,
         ping_delay: PingDelay = 0.0,
@@ -190,6 +192,9 @@ class FeedFarm:
         self._t0 = self.clock.now()
         self._log_path = Path(log_path) if log_path is not None else None
         self._log: PublicationLog | None = None
+        # issue 47: every request, for scoring any poller from the farm's side (True: memory only).
+        self.request_log: RequestLog | None = (
+            None if request_log is False else RequestLog(None if request_log is True else request_log))
         self._ping = ping
         self._ping_targets: dict[str, PingRequest] = {}
         self._pinger = Pinger(
@@ -272,7 +277,7 @@ class FeedFarm:
         if self._http is not None:
             raise RuntimeError("the feed farm is already running")
         # No access log: it would cost more than serving a cached feed.
-        http = HttpServer(self._route)
+        http = HttpServer(self._route if self.request_log is None else self.request_log.wrap(self._route))
         self._port = await http.start((self.host, *self.also_hosts), self._port)
         self._http = http
         host = f"[{self.host}]" if ":" in self.host else self.host  # RFC 3986: IPv6 in brackets
@@ -305,6 +310,8 @@ class FeedFarm:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+            if self.request_log is not None:
+                self.request_log.close()
 
     async def _run_schedule(self) -> None:
         while not self._closing.is_set():
