@@ -43,6 +43,7 @@ __all__ = [
     "coordinated_weights",
     "freshness_frequencies",
     "rank_background",
+    "revisit_bound",
     "waiting_share",
     "wic_probes",
 ]
@@ -64,6 +65,27 @@ def waiting_share(lacking: int, alive: bool, dead_weight: float = DEAD_CEI_WEIGH
     if lacking < 1:
         raise ValueError(f"lacking must be >= 1, got {lacking}")
     return (1.0 if alive else dead_weight) / lacking
+
+
+def revisit_bound(budget: float, feeds: int, window: int, factor: float) -> int:
+    """Chronons a watched feed may go unprobed at most: ``max(window + 1, ceil(factor * feeds / budget))``.
+
+    ``feeds / budget`` is a plain round-robin's cycle over the watched feeds:
+    ``factor`` 1 would leave nothing to allocate (every probe is the bound's),
+    2 lets an unfunded feed wait at most twice a round-robin's cycle while the
+    bound costs at most half the budget (less, since the funded feeds are
+    probed more often than that anyway). Never below ``window + 1``: a feed
+    probed every ``window + 1`` chronons already catches every update within
+    its rules' window, so a tighter bound buys no capture. Issue 45, item 1;
+    the trade in numbers is in ``docs/discovery.md``.
+    """
+    if budget <= 0:
+        raise ValueError(f"budget must be > 0, got {budget}")
+    if feeds < 0 or window < 0:
+        raise ValueError(f"feeds and window must be >= 0, got {feeds}, {window}")
+    if not factor >= 1.0 or not math.isfinite(factor):
+        raise ValueError(f"factor must be a finite number >= 1, got {factor}")
+    return max(window + 1, math.ceil(factor * feeds / budget - 1e-9))
 
 
 def background_probes(
@@ -138,6 +160,24 @@ def _chronons(last_success: Sequence[int | None] | _Ints | _Floats, now: int) ->
     never = np.isnan(last)
     last[never] = now
     return never, last
+
+
+def _due(budget: int, now: int, never: _Bools, last: _Floats, revisit: int) -> int:
+    """Probes needed at ``now`` so that no feed waits more than ``revisit`` chronons, ``budget`` per chronon after.
+
+    Feed ``i`` must be probed by ``last[i] + revisit`` (never probed: at once).
+    The chronons ``now .. now + j`` hold ``budget * (j + 1)`` probes, so the
+    feeds due by ``now + j`` beyond ``budget * j`` must go now: the largest
+    such excess over ``j < revisit`` (earliest-deadline-first on unit jobs,
+    feasible while ``feeds <= budget * revisit``).
+    """
+    slack = np.where(never, 0.0, last + revisit - now)
+    slack = np.maximum(slack, 0.0)
+    near = slack[slack < revisit].astype(np.int64)
+    if near.size == 0:
+        return 0
+    due = np.cumsum(np.bincount(near, minlength=revisit))
+    return max(int((due - budget * np.arange(revisit)).max()), 0)
 
 
 def _best(budget: int, key: _Floats, *ties: npt.NDArray[np.generic]) -> npt.NDArray[np.intp]:
@@ -572,6 +612,15 @@ class CaptureExplore:
        (:func:`background_probes`) on ``λ⁺``: the allocation is
        work-conserving.
 
+    With ``revisit`` (:func:`revisit_bound`), a bound comes before all three:
+    each chronon the feeds whose wait would otherwise pass ``revisit``
+    chronons, earliest deadline first, are probed before anything else (the
+    explore step's stalest feeds include them). No watched feed then waits
+    longer than ``revisit`` chronons while the budget stays at least
+    ``len(resources) / revisit`` a chronon; with less, the stalest still come
+    first. It costs the exploit what the unfunded feeds need, and buys the
+    tail of the detection delay (issue 45, ``docs/discovery.md``).
+
     A feed with a :class:`CycleShape` (a seasonal or near-periodic update
     model) is read at the time that matters rather than at its mean: its
     frequency uses the updates expected over the next ``max(window + 1,
@@ -658,8 +707,9 @@ class CaptureExplore:
         posterior: Sequence[tuple[float, float]] | None = None,
         shape: Sequence[CycleShape | None] | None = None,
         groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None = None,
+        revisit: int | None = None,
     ) -> list[int]:
-        """At most ``budget`` distinct ``resources`` to probe at ``now``: explored, then strided, then filled.
+        """At most ``budget`` distinct ``resources`` to probe at ``now``: due, explored, strided, then filled.
 
         Arguments as :func:`background_probes` (``rate``: the mean rate per
         chronon); ``window``: the watch rules' ``W`` (EIs ``[u, u + W]``);
@@ -671,7 +721,9 @@ class CaptureExplore:
         split of ``weight`` (:func:`coordinated_weights`), asked for only when
         the frequencies are recomputed and only with ``coordination_rounds``
         set: the frequencies then go by the coordinated weights, the fill by
-        ``weight``. ``resources`` are distinct; sequences or numpy arrays.
+        ``weight``; ``revisit``: the longest a feed may go unprobed
+        (:func:`revisit_bound`; ``None``: no bound), its due feeds probed
+        first. ``resources`` are distinct; sequences or numpy arrays.
 
         One numpy pass over the feeds (the stride credit and frequencies are
         arrays by resource id); Python work per feed only for the shaped
@@ -686,6 +738,8 @@ class CaptureExplore:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
+        if revisit is not None and revisit < 1:
+            raise ValueError(f"revisit must be >= 1, got {revisit}")
         res = _ids(resources)
         lam = self._optimistic(rate, posterior)
         w = np.asarray(weight, dtype=np.float64).reshape(n)
@@ -707,6 +761,10 @@ class CaptureExplore:
         self._explore -= k
         self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
         never, last = _chronons(last_success, now)
+        if revisit is not None:
+            # 0. the revisit bound: the feeds due now are the stalest (one bound for all), so they
+            # are the explore step's first picks; the step takes as many as either asks.
+            k = min(max(k, _due(budget, now, never, last, revisit)), budget, n)
         # O(n): only the k stalest are sorted, not every watched feed each chronon.
         stalest = _best(k, np.where(never, -np.inf, last), res) if k > 0 else np.empty(0, dtype=np.intp)
         _spend(credit, slot[stalest])
