@@ -8,11 +8,14 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.settings import (
+    GROUPS,
     SPEC_POLICY_NAMES,
     Settings,
     SettingsError,
+    env_name,
     known_policy_names,
     load_settings,
+    settings_by_group,
     settings_table_markdown,
 )
 
@@ -154,9 +157,9 @@ def test_policy_names_come_from_the_registry_or_the_spec() -> None:
 
 def test_settings_table_lists_every_variable_with_a_description() -> None:
     table = settings_table_markdown()
-    lines = table.strip().splitlines()
-    assert lines[0] == "| Variable | Default | Description |"
-    assert len(lines) == 2 + len(Settings.model_fields)
+    rows = [line for line in table.splitlines() if line.startswith("| `PROXY_")]
+    assert len(rows) == len(Settings.model_fields)
+    assert table.count("| Variable | Default | Description |") == len(GROUPS)
     for required in (
         "PROXY_DATABASE_URL",
         "PROXY_CHRONON_SECONDS",
@@ -249,3 +252,17 @@ def test_a_bad_metrics_token_file_is_refused_naming_it(
     with pytest.raises(SettingsError) as caught:
         load_settings()
     assert "PROXY_METRICS_TOKEN_FILE" in str(caught.value) and expected in str(caught.value)
+
+
+def test_every_setting_is_in_exactly_one_group_and_keeps_its_flat_name() -> None:
+    """The groups (issue 46) partition the settings: none lost, none twice, names unchanged."""
+    seen: list[str] = []
+    for title, names in settings_by_group():
+        assert title and names, f"group {title!r} is empty"
+        seen += names
+    assert sorted(seen) == sorted(Settings.model_fields)
+    assert len(seen) == len(set(seen))
+    assert env_name("budget") == "PROXY_BUDGET"
+    # A group's validator still runs through the composed class, under the flat env name.
+    with pytest.raises(SettingsError, match="PROXY_BROKER_URL"):
+        load_settings(broker_url="http://not-nats.example")

@@ -48,21 +48,25 @@ GENERATED = (
 
 @page("reference/settings.md")
 def settings_page() -> str:
-    from proxy.settings import Settings, env_name, settings_table_markdown
+    from proxy.settings import Settings, env_name, settings_by_group, settings_table_markdown
 
-    out = ["# Settings\n\n", GENERATED.format(source="`proxy.settings.Settings`"),
+    out = ["# Settings\n\n", GENERATED.format(source="`proxy.settings`, one module per group"),
            "Every setting is an environment variable (or a line in `.env` in the working "
            "directory). An invalid value stops start-up with a message naming the variable "
            "and the reason; numeric settings are bounded. How the settings fit together, and "
            "what is configured outside them: [Configuration](../configuration.md).\n\n",
-           "## At a glance\n\n", settings_table_markdown(), "\n## Each setting\n\n"]
-    for name, field in Settings.model_fields.items():
-        env = env_name(name)
-        default = field.default
-        shown = str(default).lower() if isinstance(default, bool) else str(default)
-        out.append(f"### `{env}` {{#{env}}}\n\n")
-        out.append(f"Default: `{shown}`" if shown else "Default: empty")
-        out.append(f" · field `{name}`\n\n{field.description or ''}\n\n")
+           "## At a glance\n\n", settings_table_markdown().replace("### ", "#### "),
+           "\n## Each setting\n\n"]
+    for title, names in settings_by_group():
+        out.append(f"### {title}\n\n")
+        for name in names:
+            field = Settings.model_fields[name]
+            env = env_name(name)
+            default = field.default
+            shown = str(default).lower() if isinstance(default, bool) else str(default)
+            out.append(f"#### `{env}` {{#{env}}}\n\n")
+            out.append(f"Default: `{shown}`" if shown else "Default: empty")
+            out.append(f" · field `{name}`\n\n{field.description or ''}\n\n")
     return "".join(out)
 
 

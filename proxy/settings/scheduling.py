@@ -1,0 +1,59 @@
+"""The chronon, the probe budget and the policy that spends it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from proxy.settings._base import (
+    DAY,
+    HOUR,
+    MAX_BUDGET,
+    MIN_CHRONON_SECONDS,
+    WEEK,
+    SettingsGroup,
+    known_policy_names,
+)
+
+
+class SchedulingSettings(SettingsGroup):
+    """Scheduling: the chronon, the probe budget and the policy that spends it."""
+
+    chronon_seconds: float = Field(
+        default=60.0, ge=MIN_CHRONON_SECONDS, le=DAY,
+        description="Length of one chronon (scheduling step) in seconds: 0.01 (10 ms) to 86400 (a day)."
+    )
+    budget: int = Field(
+        default=10, ge=1, le=MAX_BUDGET, description="Probes allowed per chronon (C): 1 to 100000."
+    )
+    policy: str = Field(
+        default="adm-edf",
+        description="Scheduling policy name, as in the workload spec (e.g. `mrsf-p`, `s-edf-np`, `wic`).",
+    )
+    discovery_predicted: Literal["off", "sup", "fbsup"] = Field(
+        default="off",
+        description=(
+            "Predicted EIs for watched feeds that do not ping (paper 002): `sup` probes each "
+            "feed's next expected update at the end of the window its rules ask, `fbsup` also "
+            "re-predicts after a probe that found nothing, `off` leaves the spare budget to the "
+            "background allocation alone (measured better: docs/discovery.md)."
+        ),
+    )
+    unwatched_probe_interval_seconds: float = Field(
+        default=HOUR, ge=0, le=WEEK,
+        description=(
+            "How often budget that no rule needs probes a registered feed that no rule reads "
+            "(an OPML import, say): never-probed feeds first, then the stalest, each at most once "
+            "per this many seconds, so their health and update models stay current and a rule "
+            "made later starts from a learnt model. 0: never."
+        ),
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        names = known_policy_names()
+        if value not in names:
+            raise ValueError(f"unknown policy {value!r}; choose one of: {', '.join(names)}")
+        return value
