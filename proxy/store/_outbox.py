@@ -32,8 +32,8 @@ from proxy.notify.payload import (
     NotificationEi,
 )
 from proxy.notify.signing import new_secret
-from proxy.store._accounts import AccountsAndFeeds
 from proxy.store._base import _among, _chunks
+from proxy.store._feeds import Feeds
 from proxy.store._models import (
     CeiRow,
     DeliveryRow,
@@ -76,7 +76,7 @@ def _target(row: Any, secret: str | None = None) -> NotifyTarget:
     )
 
 
-class Outbox(AccountsAndFeeds):
+class Outbox(Feeds):
     """Notify targets and subscriptions of profiles; events and deliveries of resolutions."""
 
     #: Chronon → wall time of its start (the service's clock), for the documents' times.

@@ -26,7 +26,6 @@ from proxy.errors import (
     FeedNotFoundError,
     ValidationError,
 )
-from proxy.store._accounts import consecutive_errors_after, feed_health_values
 from proxy.store._base import (
     _ENTRY_COLUMNS,
     SUMMARY_MAX_CHARS,
@@ -37,6 +36,7 @@ from proxy.store._base import (
     _identity_key,
     _probe,
 )
+from proxy.store._feeds import consecutive_errors_after, feed_health_values
 from proxy.store._models import (
     CaptureRow,
     CeiRow,
