@@ -10,7 +10,7 @@ import enum
 import gzip
 import hashlib
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
@@ -216,3 +216,24 @@ def huge_prefix(feed_id: str) -> bytes:
 
 
 HUGE_SUFFIX = b"</description></channel></rss>\n"
+
+
+def format_of(
+    formats: str | FeedFormat | Mapping[str, FeedFormat | str], feed_id: str, index: int
+) -> FeedFormat:
+    """Feed ``feed_id``'s format (the ``index``-th feed) from a farm's ``formats`` argument."""
+    if isinstance(formats, Mapping):
+        try:
+            return FeedFormat(formats.get(feed_id, FeedFormat.RSS))
+        except ValueError:
+            raise ValueError(
+                f"feed {feed_id!r}: format must be 'rss' or 'atom', got {formats[feed_id]!r}"
+            ) from None
+    if formats == "mixed":
+        return FeedFormat.RSS if index % 2 == 0 else FeedFormat.ATOM
+    try:
+        return FeedFormat(formats)
+    except ValueError:
+        raise ValueError(
+            f"formats must be 'rss', 'atom', 'mixed' or a mapping, got {formats!r}"
+        ) from None

@@ -42,7 +42,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -54,6 +53,7 @@ from proxy.farm._docs import (
     Rendered,
     default_entry_text,
     entry_id_for,
+    format_of,
     render_atom,
     render_rss,
 )
@@ -61,6 +61,7 @@ from proxy.farm._faults import Fault, FaultMode
 from proxy.farm._http import HttpServer, Response, text_response
 from proxy.farm._ping import PingDelay, Pinger, PingRecord, PingRequest, PingResolver
 from proxy.farm._requests import RequestLog
+from proxy.farm._responses import feed_response, not_modified_since
 from proxy.farm._stats import FeedNotFoundError, FeedStats
 from proxy.farm._trace import (
     Clock,
@@ -180,7 +181,7 @@ class FeedFarm:
         self._entry_text = entry_text or default_entry_text
         self._feeds: dict[str, _Feed] = {}
         for i, feed_id in enumerate(ids):
-            fmt = self._format_of(formats, feed_id, i)
+            fmt = format_of(formats, feed_id, i)
             self._feeds[feed_id] = _Feed(feed_id, fmt, window, epoch - trace_unit * (prefill + 1))
         for feed in self._feeds.values():
             for k in range(prefill):
@@ -221,26 +222,6 @@ class FeedFarm:
         self._driver: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ setup
-
-    @staticmethod
-    def _format_of(
-        formats: str | FeedFormat | Mapping[str, FeedFormat | str], feed_id: str, index: int
-    ) -> FeedFormat:
-        if isinstance(formats, Mapping):
-            try:
-                return FeedFormat(formats.get(feed_id, FeedFormat.RSS))
-            except ValueError:
-                raise ValueError(
-                    f"feed {feed_id!r}: format must be 'rss' or 'atom', got {formats[feed_id]!r}"
-                ) from None
-        if formats == "mixed":
-            return FeedFormat.RSS if index % 2 == 0 else FeedFormat.ATOM
-        try:
-            return FeedFormat(formats)
-        except ValueError:
-            raise ValueError(
-                f"formats must be 'rss', 'atom', 'mixed' or a mapping, got {formats!r}"
-            ) from None
 
     def _checked(self, events: Iterable[TraceEvent]) -> Iterator[TraceEvent]:
         """Check a schedule: a sequence at once, any other iterable as it is consumed."""
@@ -668,7 +649,7 @@ class FeedFarm:
             fresh = "*" in tags or rendered.etag in tags or rendered.etag_gzip in tags
         elif ims is not None:
             # RFC 9110 §13.1.3: If-Modified-Since only counts without If-None-Match.
-            fresh = self._not_modified_since(feed, ims)
+            fresh = not_modified_since(feed.last_modified, ims)
         else:
             fresh = False
         gz = "gzip" in headers.get("accept-encoding", "")
@@ -680,38 +661,8 @@ class FeedFarm:
             if feed_id in self._push_feeds:
                 # WebSub §4: the Link header names the hub and the topic (this URL).
                 link = f'<{self.hub}>; rel="hub", <{self.url(feed_id, fmt)}>; rel="self"'
-            response = feed.responses[key] = self._response(rendered, gz, fresh, link)
+            response = feed.responses[key] = feed_response(rendered, gz, fresh, link)
         return response
-
-    @staticmethod
-    def _response(rendered: Rendered, gz: bool, fresh: bool, link: str | None = None) -> Response:
-        validators: tuple[tuple[str, str], ...] = (
-            ("ETag", rendered.etag_gzip if gz else rendered.etag),
-            ("Last-Modified", rendered.last_modified),
-            ("Vary", "Accept-Encoding"),
-            ("Cache-Control", "max-age=0"),
-        )
-        if link is not None:
-            validators = (*validators, ("Link", link))
-        if fresh:
-            return Response(304, validators)
-        if gz:
-            return Response(
-                200,
-                (*validators, ("Content-Type", rendered.content_type), ("Content-Encoding", "gzip")),
-                rendered.gzipped(),
-            )
-        return Response(200, (*validators, ("Content-Type", rendered.content_type)), rendered.body)
-
-    @staticmethod
-    def _not_modified_since(feed: _Feed, ims: str) -> bool:
-        try:
-            since = parsedate_to_datetime(ims)
-        except (TypeError, ValueError):
-            return False  # RFC 9110 §13.1.3: an invalid date is ignored
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        return feed.last_modified <= since
 
     def _serve_fault(self, feed: _Feed, fmt: FeedFormat) -> Result | Awaitable[Result]:
         from proxy.farm._serve_faults import serve_fault
