@@ -122,6 +122,18 @@ class Engine:
     successful probes are kept per resource for late reveals (``None``: all,
     exact for any reveal; otherwise at least ``history`` and the longest EI
     seen).
+
+    Why one class of ~740 lines (issue 46 asks classes of one purpose, and
+    under 600 lines where they can be): its one purpose is the CEI/EI state
+    machine, kept as a structure of numpy arrays (slots, free lists, the
+    active set, per-resource probe history) that every transition updates
+    together. The policies read those arrays directly through
+    :class:`Candidates` (millions of selections in the simulator); splitting
+    the slot bookkeeping into another object would put an attribute hop or a
+    call on each of those paths and spread each invariant (a slot is free,
+    active or finished; a CEI's counters match its EIs) over two classes.
+    The public half (``advance`` .. ``probe``) is above the private half
+    (``_new_cei_slot`` ..), each private method one transition.
     """
 
     def __init__(self, resources: int = 0, *, history: int | None = None) -> None:
