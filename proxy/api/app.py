@@ -96,6 +96,7 @@ def make_app(
     install_problem_schema(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     _serve_docs(app)
+    _serve_guide(app, settings.docs_site)
     app.add_middleware(Admission, limit=settings.api_concurrency)
     app.include_router(opml_router)  # before feeds: /opml is not a {feed_id}
     app.include_router(feeds_router)
@@ -153,6 +154,20 @@ def make_app(
 
 #: Where the Swagger UI and ReDoc files are served from (the package's own copies).
 DOCS_ASSETS = "/docs-assets"
+#: Where the built documentation site is served, when there is one (``PROXY_DOCS_SITE``).
+GUIDE_PATH = "/docs/guide"
+
+
+def _serve_guide(app: FastAPI, folder: str) -> None:
+    """The documentation site (``mkdocs build`` output) at ``/docs/guide/``, if ``folder`` holds one.
+
+    Checked once, at start: a site built later is served after a restart. Public, as
+    ``/docs`` is: it documents the software, not any user's data.
+    """
+    site = Path(folder) if folder.strip() else None
+    if site is None or not (site / "index.html").is_file():
+        return
+    app.mount(GUIDE_PATH, StaticFiles(directory=site, html=True), name="guide")
 
 
 def _serve_docs(app: FastAPI) -> None:

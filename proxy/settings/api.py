@@ -93,3 +93,11 @@ class ApiSettings(SettingsGroup):
             "(docs/bench-api-load.md)."
         ),
     )
+    docs_site: str = Field(
+        default="site",
+        description=(
+            "Folder of the built documentation site (`make docs` writes `site/`), served at "
+            "`/docs/guide/` when it holds an `index.html` (relative paths: from the working "
+            "directory). Empty: never served."
+        ),
+    )
