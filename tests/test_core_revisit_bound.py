@@ -62,10 +62,10 @@ def run(alloc: CaptureExplore, budget: int, chronons: int, rate: list[float], we
 
 
 def longest_waits(history: list[list[int]], feeds: int) -> list[int]:
-    """Per feed: the longest run of chronons between two probes, the first probe counted from chronon -1."""
+    """Per feed: the longest run of chronons between two probes, the first counted from chronon 0 (first shown)."""
     out = []
     for r in range(feeds):
-        times = [-1, *(t for t, picked in enumerate(history) if r in picked), len(history) - 1]
+        times = [0, *(t for t, picked in enumerate(history) if r in picked), len(history) - 1]
         out.append(max(b - a for a, b in itertools.pairwise(times)))
     return out
 
@@ -115,4 +115,41 @@ def test_the_bound_holds_for_any_rates_weights_and_explore_share(
     bound = revisit_bound(budget, n, window, factor)
     alloc = CaptureExplore(epsilon=epsilon, coordination_rounds=0)
     history = run(alloc, budget, 4 * bound + 5, rate, weight, window, bound)
+    assert max(longest_waits(history, n)) <= bound
+
+
+def test_a_bound_per_feed_holds_for_each() -> None:
+    # One bound per resource (the caller's choice): feed 0 every 3 chronons, the rest every 12
+    # (1/3 + 11/12 probes a chronon at most: within the budget of 2).
+    n, budget, window = 12, 2, 2
+    rate, weight = [0.001] * n, [1.0] * n
+    rate[5], weight[5] = 0.5, 5.0  # the capture frequencies want this one, and get it within its window
+    weight[0] = 0.1  # the fill's last choice
+    bounds = [12] * n
+    bounds[0] = 3
+    history = run(CaptureExplore(epsilon=0.0), budget, 120, rate, weight, window, None)
+    assert longest_waits(history, n)[0] > 3
+    alloc = CaptureExplore(epsilon=0.0)
+    res = list(range(n))
+    last: dict[int, int | None] = dict.fromkeys(res)
+    history = []
+    for t in range(120):
+        picked = alloc.pick(budget, t, res, [last[r] for r in res], rate, weight, window, revisit=bounds)
+        for r in picked:
+            last[r] = t
+        history.append(picked)
+    waits = longest_waits(history, n)
+    assert waits[0] <= 3 and max(waits) <= 12, waits
+
+
+def test_a_feed_never_probed_waits_from_when_it_was_first_shown_not_at_once() -> None:
+    # Twenty new feeds at once would otherwise all be due at chronon 0: a sweep taking the budget
+    # from the funded feed for twenty chronons. Each is due a bound after it was first shown.
+    n, budget, window = 21, 1, 2
+    rate, weight = [0.001] * n, [1.0] * n
+    rate[0], weight[0] = 0.5, 10.0
+    bound = revisit_bound(budget, n, window, 2.0)  # 42
+    history = run(CaptureExplore(epsilon=0.0), budget, 2 * bound, rate, weight, window, bound)
+    first_sweep = [t for t, picked in enumerate(history[:20]) if 0 in picked]
+    assert len(first_sweep) >= 5  # the funded feed keeps its probes while the bound is far
     assert max(longest_waits(history, n)) <= bound

@@ -118,6 +118,30 @@ def test_capture_explore_is_deterministic_and_keeps_learning_where_capture_stops
     assert runs[0].captured > runs[2].captured, (runs[0].captured, runs[2].captured)
 
 
+def test_the_revisit_bound_keeps_every_watched_feed_in_turn_in_the_simulator() -> None:
+    """Issue 45: a fast feed takes the capture frequencies; with the bound the slow ones still come in turn."""
+    from itertools import pairwise
+
+    from proxy.core.discovery import revisit_bound
+
+    k, n, window = 300, 12, 2
+    ups = [list(range(1, k, 2)) if r < 2 else list(range(5 * r, k, 97)) for r in range(n)]
+    wl = num_update_watch(ups, k, window=window, budget=1)
+    bound = revisit_bound(1, n, window, 2.0)
+
+    def longest_wait(factor: float) -> int:
+        res = simulate_pull(wl, "mrsf-p", PullOptions(background=Background.CAPTURE_EXPLORE, rates=Rates.ONLINE,
+                                                      updates=ups, explore_epsilon=0.0, revisit_factor=factor))
+        assert res.extra["revisit_factor"] == factor
+        probed: list[list[int]] = [[0] for _ in range(n)]  # each feed is watched from chronon 0
+        for t, r in res.schedule:
+            probed[r].append(t)
+        return max(b - a for times in probed for a, b in pairwise([*times, k - 1]))
+
+    assert longest_wait(2.0) <= bound == 24
+    assert longest_wait(0.0) > bound  # without it the slow feeds wait longer: the test can fail
+
+
 # --- invariants over random small workloads -------------------------------------------
 
 @st.composite

@@ -62,11 +62,12 @@ import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes
 from proxy.bench.live import reader_view, trace_workload
-from proxy.bench.metrics import ProbeRec, cei_outcome
-from proxy.core.discovery import CaptureExplore, waiting_share
+from proxy.bench.metrics import ProbeRec, Pub, cei_outcome, entry_outcome, quantiles
+from proxy.core.discovery import CaptureExplore, revisit_bound, waiting_share
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
 from proxy.service._feeds import update_model_settings
@@ -88,6 +89,24 @@ PLACEHOLDER = -1.0  # the chronon the live bench dates each feed's placeholder e
 LEAD = 10  # the live bench's lead: its rules exist this many chronons before the run (LiveConfig.lead_chronons)
 RATES = ("learnt", "run", "past")  # replay's rates: the service's, or an oracle's
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
+CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/discovery.md's commands
+FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
+
+
+class Replay(NamedTuple):
+    """One replay's figures: completeness (the proxy's, each reader's mean over the orders), probes and delays.
+
+    ``delays``: detection-delay quantiles (``p50``, ``p90``, ``p99``, ``mean``, ``max``, in chronons:
+    publication to the first probe that saw it, on the watched feeds) of ``proxy``, ``round-robin``
+    and ``adaptive`` (pooled over the orders, at equal probes) and ``clairvoyant`` (the simulator
+    told of every update at once, ``CLAIRVOYANT``, same budget).
+    """
+
+    live: float
+    rr: float
+    ad: float
+    probes: int
+    delays: dict[str, dict[str, float]]
 
 
 def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_exponent: float = LEVEL_EXPONENT,
@@ -97,8 +116,25 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
            days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-           orders: int = READER_ORDERS) -> tuple[float, float, float, int]:
+           orders: int = READER_ORDERS, revisit: float | None = None) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
+
+    :func:`replay_run`'s first four figures (its arguments).
+    """
+    return replay_run(path, profiles, budget, z, level_exponent, predicted, share, length, kinds, pool=pool,
+                      explore=explore, seed=seed, fade=fade, rounds=rounds, rates=rates, rank=rank,
+                      window=window, chronons=chronons, days=days, whole_windows=whole_windows, lead=lead,
+                      orders=orders, revisit=revisit)[:4]
+
+
+def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
+               level_exponent: float = LEVEL_EXPONENT, predicted: str = "off", share: float = 1.0,
+               length: float = LENGTH, kinds: frozenset[str] | None = None, *, pool: float = POOL_STRENGTH,
+               explore: float = EXPLORE_SHARE, seed: int = 1, fade: float = EVIDENCE_FADE,
+               rounds: int = COORDINATION_ROUNDS, rates: str = "learnt", rank: int = RANK, window: int = WINDOW,
+               chronons: int = CHRONONS, days: float = DAYS, whole_windows: bool = False, lead: int = 0,
+               orders: int = READER_ORDERS, revisit: float | None = None) -> Replay:
+    """One replay: live-equivalent completeness, the readers' at equal probes, the probes, the delays.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
     ``share`` of the budget before the background allocation, as the loop does at 1.
@@ -122,6 +158,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     ``orders``: feed orders the readers' figures are the mean over, as the live bench's
     ``--reader-orders`` (1: the feeds' own order, the figures of ``docs/discovery.md`` before
     2026-11-28's "One order is one draw").
+    ``revisit``: the loop's revisit factor (``proxy.core.discovery.revisit_bound``; ``None`` or 0:
+    no bound), as ``PROXY_DISCOVERY_REVISIT_FACTOR``: every watched feed is then shown to the
+    allocator, those no rule waits for now at weight 0, so the bound covers them too.
     """
     if rates not in RATES:
         raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
@@ -165,7 +204,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                 weight[r] += groups[-1][1]
         waits = {r: w for r, w in weight.items() if w > 0}
         first = [] if planner is None else planner.pick(math.ceil(share * budget), t, waits, window, set())
-        feeds = [r for r in watched if r in waits and r not in first]
+        # With a revisit bound every watched feed is shown, those no rule waits for now at weight 0:
+        # only the bound probes them (ChrononLoop._background).
+        feeds = [r for r in watched if (revisit or r in waits) and r not in first]
         if rates == "past":
             seen = [sum(1 for u in ups[r] if u <= t) for r in feeds]
             pace = (sum(seen) + 1.0) / (len(feeds) * (max(t, 0) + 1.0) + 1.0)
@@ -175,9 +216,10 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
         else:
             rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
                                 unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
+        bound = revisit_bound(budget, len(feeds), window, revisit) if revisit else None  # ChrononLoop's
         picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
-                                        [waits[r] for r in feeds], window, shape=[shapes[r] for r in feeds],
-                                        groups=lambda g=groups: g)
+                                        [waits.get(r, 0.0) for r in feeds], window, shape=[shapes[r] for r in feeds],
+                                        groups=lambda g=groups: g, revisit=bound)
         for r in picked:
             if t >= 0:  # the lead's probes are not the run's
                 probes.append(ProbeRec(r, t, float(t), True))
@@ -212,9 +254,23 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     live = cei_outcome(scored, probes).completeness
     view = reader_view(bw)
     params = AdaptiveParams(max_interval=chronons // 2, lookback=chronons // 5, window=20)
-    rr = match_probes("round-robin", view.ceis, view.updates, chronons, len(probes), params, orders).completeness
-    ad = match_probes("adaptive", view.ceis, view.updates, chronons, len(probes), params, orders).completeness
-    return live, rr, ad, len(probes)
+    delays: dict[str, dict[str, float]] = {}
+    pubs = [Pub(r, float(u)) for r in watched for u in ups[r]]
+    delays["proxy"] = quantiles(entry_outcome(pubs, probes, FEED_WINDOW).delays)
+    reader_pubs = [Pub(view.index[p.resource], p.time) for p in pubs]
+    figures = []
+    for kind in ("round-robin", "adaptive"):
+        eq = match_probes(kind, view.ceis, view.updates, chronons, len(probes), params, orders)
+        figures.append(eq.completeness)
+        seen = [entry_outcome(reader_pubs, [ProbeRec(r, t, float(t)) for t, r in s], FEED_WINDOW).delays
+                for s in eq.schedules]
+        delays[kind] = quantiles([d for one in seen for d in one])  # pooled over the orders, as the live bench
+    from proxy.sim.run import simulate
+
+    sim = simulate(bw.workload, CLAIRVOYANT)
+    delays["clairvoyant"] = quantiles(entry_outcome(pubs, [ProbeRec(r, t, float(t)) for t, r in sim.schedule],
+                                                    FEED_WINDOW).delays)
+    return Replay(live, figures[0], figures[1], len(probes), delays)
 
 
 def _mode(text: str) -> tuple[str, str, float, frozenset[str] | None]:
@@ -260,35 +316,58 @@ def main() -> None:
     parser.add_argument("--reader-orders", type=int, default=READER_ORDERS,
                         help=f"feed orders the readers' figures are the mean over (default {READER_ORDERS}, the "
                              "live bench's; 1: the feeds' own order alone)")
+    parser.add_argument("--revisit", type=float, action="append",
+                        help="revisit factors to compare (proxy.core.discovery.revisit_bound; 0: no bound, the "
+                             "default)")
     args = parser.parse_args()
     modes = [_mode(m) for m in args.predicted or ["off"]]
-    columns = [(z, e, pool, explore, *m) for z in (args.z or [OPTIMISM_Z])
+    columns = [(z, e, pool, explore, revisit, *m) for z in (args.z or [OPTIMISM_Z])
                for e in (args.level_exponent or [LEVEL_EXPONENT])
                for pool in (args.pool_strength or [POOL_STRENGTH])
-               for explore in (args.explore or [EXPLORE_SHARE]) for m in modes]
+               for explore in (args.explore or [EXPLORE_SHARE]) for revisit in (args.revisit or [0.0])
+               for m in modes]
     heads = [f"z = {z:g}, e = {e:g}, pool {pool:g}, explore {explore:g}"
-             + ("" if args.predicted is None else f", {text}") for z, e, pool, explore, text, *_ in columns]
-    print("| trace | profiles | budget | round-robin | adaptive | " + " | ".join(heads) + " |")
-    print("|---|---:|---:|---:|---:|" + "---:|" * len(columns))
+             + ("" if args.revisit is None else f", revisit {revisit:g}")
+             + ("" if args.predicted is None else f", {text}") for z, e, pool, explore, revisit, text, *_ in columns]
+    # Each cell: completeness (ratio to the better reader) · detection delay p50/p90/p99 in chronons.
+    print("| trace | profiles | budget | round-robin | adaptive | clairvoyant | " + " | ".join(heads) + " |")
+    print("|---|---:|---:|---:|---:|---:|" + "---:|" * len(columns))
     ratios: list[list[float]] = [[] for _ in columns]
+    tails: list[list[float]] = [[] for _ in columns]  # p90 over round-robin's p90
+    level: list[int] = [0] * len(columns)  # traces with p90 <= the better reader's p90
     for spec in args.traces:
         name, profiles, budget, *seed = spec.split(":")
         cells = []
         rr = ad = math.nan
-        for k, (z, e, pool, explore, _, mode, share, kinds) in enumerate(columns):
-            live, rr, ad, _ = replay(Path(name), int(profiles), int(budget), z, e, mode, share,
-                                     args.chronon_seconds, kinds, pool=pool, explore=explore,
-                                     seed=int(seed[0]) if seed else 1, fade=args.fade,
-                                     rounds=args.rounds, rank=args.rank, window=args.window,
-                                     rates=args.rates, lead=args.lead, orders=args.reader_orders,
-                                     chronons=args.chronons, days=args.days)
+        delays: dict[str, dict[str, float]] = {}
+        for k, (z, e, pool, explore, revisit, _, mode, share, kinds) in enumerate(columns):
+            run = replay_run(Path(name), int(profiles), int(budget), z, e, mode, share,
+                             args.chronon_seconds, kinds, pool=pool, explore=explore,
+                             seed=int(seed[0]) if seed else 1, fade=args.fade,
+                             rounds=args.rounds, rank=args.rank, window=args.window,
+                             rates=args.rates, lead=args.lead, orders=args.reader_orders,
+                             chronons=args.chronons, days=args.days, revisit=revisit or None)
+            live, rr, ad, delays = run.live, run.rr, run.ad, run.delays
             ratios[k].append(live / max(rr, ad))
-            cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×)")
+            tails[k].append(delays["proxy"]["p90"] / delays["round-robin"]["p90"])
+            better = "round-robin" if rr >= ad else "adaptive"
+            level[k] += delays["proxy"]["p90"] <= delays[better]["p90"]
+            cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×) · {_q(delays['proxy'])}")
         label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
-        print(f"| {label} | {profiles} | {budget} | {100 * rr:.1f} % | {100 * ad:.1f} % | "
+        print(f"| {label} | {profiles} | {budget} | {100 * rr:.1f} % · {_q(delays['round-robin'])} | "
+              f"{100 * ad:.1f} % · {_q(delays['adaptive'])} | {_q(delays['clairvoyant'])} | "
               + " | ".join(cells) + " |")
-    print("| worst / median ratio | | | | | "
+    print("| worst / median ratio | | | | | | "
           + " | ".join(f"{min(r):.2f}× / {statistics.median(r):.2f}×" for r in ratios) + " |")
+    print("| p90 / round-robin's p90: median, worst; traces with p90 <= the better reader's | | | | | | "
+          + " | ".join(f"{statistics.median(t):.2f}, {max(t):.2f}; {n} of {len(t)}" for t, n in zip(tails, level,
+                                                                                                strict=True))
+          + " |")
+
+
+def _q(d: dict[str, float]) -> str:
+    """``p50/p90/p99`` in chronons, ``-`` where nothing was seen."""
+    return "/".join("-" if d[k] != d[k] else f"{d[k]:.0f}" for k in ("p50", "p90", "p99"))
 
 
 if __name__ == "__main__":

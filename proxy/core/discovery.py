@@ -162,22 +162,23 @@ def _chronons(last_success: Sequence[int | None] | _Ints | _Floats, now: int) ->
     return never, last
 
 
-def _due(budget: int, now: int, never: _Bools, last: _Floats, revisit: int) -> int:
+def _due(budget: int, now: int, since: _Floats, revisit: _Ints) -> int:
     """Probes needed at ``now`` so that no feed waits more than ``revisit`` chronons, ``budget`` per chronon after.
 
-    Feed ``i`` must be probed by ``last[i] + revisit`` (never probed: at once).
-    The chronons ``now .. now + j`` hold ``budget * (j + 1)`` probes, so the
-    feeds due by ``now + j`` beyond ``budget * j`` must go now: the largest
-    such excess over ``j < revisit`` (earliest-deadline-first on unit jobs,
-    feasible while ``feeds <= budget * revisit``).
+    Feed ``i`` must be probed by ``since[i] + revisit`` (``since``: its last
+    success, or when it was first watched). The chronons ``now .. now + j``
+    hold ``budget * (j + 1)`` probes, so the feeds due by ``now + j`` beyond
+    ``budget * j`` must go now: the largest such excess over ``j < revisit``
+    (earliest-deadline-first on unit jobs, feasible while ``feeds <= budget *
+    revisit``).
     """
-    slack = np.where(never, 0.0, last + revisit - now)
-    slack = np.maximum(slack, 0.0)
-    near = slack[slack < revisit].astype(np.int64)
+    slack = np.maximum(since + revisit - now, 0.0)
+    horizon = int(revisit.max())
+    near = slack[slack < horizon].astype(np.int64)
     if near.size == 0:
         return 0
-    due = np.cumsum(np.bincount(near, minlength=revisit))
-    return max(int((due - budget * np.arange(revisit)).max()), 0)
+    due = np.cumsum(np.bincount(near, minlength=horizon))
+    return max(int((due - budget * np.arange(horizon)).max()), 0)
 
 
 def _best(budget: int, key: _Floats, *ties: npt.NDArray[np.generic]) -> npt.NDArray[np.intp]:
@@ -573,7 +574,7 @@ class FrequencyStride:
                 credit[i] = max(float(credit[i]) - 1.0, 0.0)
 
 
-_FREQ, _CREDIT = 0, 1  # CaptureExplore's ledger rows
+_FREQ, _CREDIT, _SEEN = 0, 1, 2  # CaptureExplore's ledger rows (_SEEN: the chronon a resource was first shown)
 
 
 class CaptureExplore:
@@ -667,7 +668,7 @@ class CaptureExplore:
         self._refresh = refresh
         self._explore = 0.0
         # Per resource id: the last frequencies (row FREQ) and the stride credit (row CREDIT, a FrequencyStride's).
-        self._ledger = _Ledger(2)
+        self._ledger = _Ledger(3)
         self._freq_at: int | None = None
 
     def frequency(self, resource: int) -> float:
@@ -707,7 +708,7 @@ class CaptureExplore:
         posterior: Sequence[tuple[float, float]] | None = None,
         shape: Sequence[CycleShape | None] | None = None,
         groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None = None,
-        revisit: int | None = None,
+        revisit: int | Sequence[int] | None = None,
     ) -> list[int]:
         """At most ``budget`` distinct ``resources`` to probe at ``now``: due, explored, strided, then filled.
 
@@ -721,9 +722,9 @@ class CaptureExplore:
         split of ``weight`` (:func:`coordinated_weights`), asked for only when
         the frequencies are recomputed and only with ``coordination_rounds``
         set: the frequencies then go by the coordinated weights, the fill by
-        ``weight``; ``revisit``: the longest a feed may go unprobed
-        (:func:`revisit_bound`; ``None``: no bound), its due feeds probed
-        first. ``resources`` are distinct; sequences or numpy arrays.
+        ``weight``; ``revisit``: the longest a feed may go unprobed, one for
+        all (:func:`revisit_bound`) or one per resource (``None``: no bound),
+        the due feeds probed first, earliest deadline first. ``resources`` are distinct; sequences or numpy arrays.
 
         One numpy pass over the feeds (the stride credit and frequencies are
         arrays by resource id); Python work per feed only for the shaped
@@ -738,8 +739,9 @@ class CaptureExplore:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
-        if revisit is not None and revisit < 1:
-            raise ValueError(f"revisit must be >= 1, got {revisit}")
+        bound = None if revisit is None else np.broadcast_to(np.asarray(revisit, dtype=np.int64), (n,))
+        if bound is not None and n and int(bound.min()) < 1:
+            raise ValueError(f"revisit must be >= 1, got {int(bound.min())}")
         res = _ids(resources)
         lam = self._optimistic(rate, posterior)
         w = np.asarray(weight, dtype=np.float64).reshape(n)
@@ -751,6 +753,7 @@ class CaptureExplore:
             f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
             slot = ledger.slots(res)  # new ids first: the arrays may be replaced
             ledger.values[_FREQ, slot] = f
+            ledger.values[_SEEN, slot[~known]] = now
         freq, credit = ledger.values[_FREQ, slot], ledger.values[_CREDIT]
         if budget == 0 or n == 0:
             _stride(credit, slot, res, freq, 0)  # credit still accrues
@@ -761,14 +764,24 @@ class CaptureExplore:
         self._explore -= k
         self._explore = min(self._explore, 1.0)  # what n or the budget capped is not banked for later
         never, last = _chronons(last_success, now)
-        if revisit is not None:
-            # 0. the revisit bound: the feeds due now are the stalest (one bound for all), so they
-            # are the explore step's first picks; the step takes as many as either asks.
-            k = min(max(k, _due(budget, now, never, last, revisit)), budget, n)
-        # O(n): only the k stalest are sorted, not every watched feed each chronon.
-        stalest = _best(k, np.where(never, -np.inf, last), res) if k > 0 else np.empty(0, dtype=np.intp)
-        _spend(credit, slot[stalest])
         free = np.ones(n, dtype=bool)
+        due = np.empty(0, dtype=np.intp)
+        if bound is not None:
+            # 0. the revisit bound, earliest deadline first: a feed never probed waits from when it was
+            # first shown (not at once: a first sweep over every feed would cost the funded ones a cycle).
+            since = np.where(never, ledger.values[_SEEN, slot], last)
+            need = min(_due(budget, now, since, bound), budget, n)
+            if need > 0:
+                due = _best(need, since + bound, res)
+                free[due] = False
+            k = min(max(k - due.size, 0), budget - due.size)  # a due probe is a stalest-first probe too
+        # O(n): only the k stalest are sorted, not every watched feed each chronon.
+        rest = np.flatnonzero(free)
+        stalest = (rest[_best(k, np.where(never, -np.inf, last)[rest], res[rest])] if k > 0
+                   else np.empty(0, dtype=np.intp))
+        stalest = np.concatenate((due, stalest))
+        k = stalest.size
+        _spend(credit, slot[stalest])
         free[stalest] = False
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
         rest = np.flatnonzero(free)

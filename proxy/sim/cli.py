@@ -146,6 +146,7 @@ def run(
     rates: Annotated[str, typer.Option("--rates", help="Pull only: rate model of background probes and SUP: 'known' (true rates) or 'online' (learnt).")] = "known",
     planner: Annotated[str | None, typer.Option("--planner", help="Pull only: add SUP's or fbSUP's predicted EIs to the engine ('sup', 'fbsup').")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Pull only: seed of the sqrt background's draws.")] = 0,
+    revisit_factor: Annotated[float, typer.Option("--revisit-factor", min=0.0, help="Pull only, capture-explore: no watched feed waits longer than this many round-robin cycles (feeds / budget, at least the window + 1) for a probe; 0: no bound.")] = 0.0,
 ) -> None:
     """Run one policy over a workload; print completeness and write the full schedule."""
     from tqdm import tqdm
@@ -190,8 +191,10 @@ def run(
                         "pull-only changes nothing (generate with --reveal update)", err=True,
                         fg=typer.colors.YELLOW)
         chosen_bg = bg if policy not in PLANNERS or background != "greedy" else Background.NONE
+        if 0 < revisit_factor < 1:
+            raise _fail(f"--revisit-factor must be 0 (no bound) or at least 1, got {revisit_factor:g}")
         pull = PullOptions(background=chosen_bg, rates=rate_kind, planner=planner, seed=seed,
-                           updates=updates_from_meta(workload))
+                           updates=updates_from_meta(workload), revisit_factor=revisit_factor)
     from proxy.core.optimum import OptimumTooLargeError
 
     if policy in OFFLINE:
@@ -249,6 +252,30 @@ def run(
             line += f", {ex['predicted_eis']} predicted EIs"
         line += ")"
     typer.echo(line)
+    if mode == "pull" and pull is not None:
+        typer.echo(f"{policy}: detection delay p50/p90/p99 (chronons): {_update_delays(workload, pull, result)}")
+
+
+def _update_delays(workload: Workload, pull: PullOptions, result: Result) -> str:
+    """Chronons from each update of a watched feed to the first probe at or after it (issue 45), ``p50/p90/p99``."""
+    from bisect import bisect_left
+
+    from proxy.bench.metrics import quantiles
+    from proxy.sim.pull import true_updates, watch_specs
+
+    probed: dict[int, list[int]] = {}
+    for t, r in result.schedule:
+        probed.setdefault(r, []).append(t)
+    delays: list[float] = []
+    updates = true_updates(workload, pull)
+    for spec in watch_specs(workload, pull):
+        times = sorted(probed.get(spec.resource, []))
+        for u in updates[spec.resource]:
+            i = bisect_left(times, u)
+            if i < len(times):
+                delays.append(float(times[i] - u))
+    q = quantiles(delays)
+    return "/".join("-" if q[k] != q[k] else f"{q[k]:.0f}" for k in ("p50", "p90", "p99"))
 
 
 def _run_target(send: Callable[[int], None], workload: Workload, policy: str, time_limit: float | None,

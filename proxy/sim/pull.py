@@ -54,6 +54,7 @@ from proxy.core.discovery import (
     background_probes,
     capture_frequencies,
     freshness_frequencies,
+    revisit_bound,
     wic_probes,
 )
 from proxy.core.model import EI, Workload
@@ -105,6 +106,9 @@ class PullOptions:
     ``explore_z``, ``explore_epsilon``: ``capture-explore``'s optimism (the
     posterior quantile, in standard deviations) and its share of the spare
     budget for the stalest feeds (:class:`proxy.core.discovery.CaptureExplore`).
+    ``revisit_factor``: ``capture-explore``'s revisit bound
+    (:func:`proxy.core.discovery.revisit_bound` over the watched feeds and the
+    chronon's budget; 0: none), as the service's ``PROXY_DISCOVERY_REVISIT_FACTOR``.
     """
 
     background: Background = Background.GREEDY
@@ -122,6 +126,7 @@ class PullOptions:
     refresh: int = 10
     explore_z: float = 1.0
     explore_epsilon: float = 0.2
+    revisit_factor: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -325,8 +330,10 @@ def simulate_pull(
                 bg = stride.pick(spare, cand, [fmap[r] for r in cand])
             if opts.background is Background.CAPTURE_EXPLORE:
                 post = [online.posterior(r) for r in cand] if online is not None and opts.rate_model is None else None
+                bound = (revisit_bound(cap, len(watched), specs_window or 0, opts.revisit_factor)
+                         if opts.revisit_factor else None)
                 bg = explore.pick(spare, t, cand, [last_success.get(r, -1) for r in cand], lam, w,
-                                  specs_window or 0, post)
+                                  specs_window or 0, post, revisit=bound)
             background_count += len(bg)
             chosen = [*chosen, *bg]
         engine.probe(chosen)
@@ -362,6 +369,7 @@ def simulate_pull(
         "background": opts.background.value,
         "rates": "custom" if opts.rate_model is not None else opts.rates.value,
         "background_probes": background_count,
+        "revisit_factor": opts.revisit_factor,
         "engine_captured": engine_captured,
         **opts.extra,
     }
