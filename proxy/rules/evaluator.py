@@ -49,6 +49,7 @@ telling users (the service's outbox).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
@@ -60,10 +61,12 @@ from proxy.errors import ValidationError
 from proxy.rules.durations import parse_duration, to_chronons
 from proxy.rules.matching import Condition, KeywordIndex, Match
 from proxy.rules.ports import (
+    MAX_MATCHED,
     ChrononGrid,
     ChrononMapping,
     EnginePort,
     EntryLike,
+    MatchedEntry,
     Op,
     OpenCei,
     RevealEi,
@@ -183,6 +186,8 @@ class _WatchRule:
     resources: tuple[int, ...]
     within: int
     period: _Period
+    # issue 43: a watched feed's update counts only if one of its new entries matches
+    condition: Condition | None = None
 
 
 @dataclass(slots=True)
@@ -211,6 +216,15 @@ class _WatchState:
 
 
 _Rule = _TriggerRule | _WatchRule
+
+#: What a rule without keywords nor regex makes of any new entry: it counts.
+_ANY = Match("any")
+
+
+def _conditional_watch(rule: _Rule) -> bool:
+    """Whether ``rule`` is a watch rule with a ``when``: only matching entries are updates for
+    it, so a ping (which holds no entries) cannot advance it; the probe that finds them does."""
+    return isinstance(rule, _WatchRule) and rule.condition is not None
 
 CARRY_MAX = 64
 """Probes a temporal trigger rule remembers between two checks (``_TriggerState.carry``). A
@@ -329,12 +343,13 @@ class TriggerEvaluator:
             self._pinged.pop(rule_id, None)
             self._unanchored.pop(rule_id, None)
             del self._order[rule_id]
-            if isinstance(rule, _TriggerRule):
-                index = self._index.get(rule.resource)
+            for r in (rule.resource,) if isinstance(rule, _TriggerRule) else rule.resources:
+                index = self._index.get(r)
                 if index is not None and rule_id in index:
                     index.remove(rule_id)
                     if not len(index):
-                        del self._index[rule.resource]
+                        del self._index[r]
+            if isinstance(rule, _TriggerRule):
                 tstate = self._trigger_state.pop(rule_id)
                 self._retired_seq[rule_id] = tstate.seq
                 for cei_id in tstate.open:
@@ -431,6 +446,9 @@ class TriggerEvaluator:
             else:
                 self._watch_state[rule.rule_id] = _WatchState(seq=seq, since=since)
                 feeds = rule.resources
+                if rule.condition is not None and _selective(rule.condition):
+                    for r in feeds:
+                        self._index.setdefault(r, KeywordIndex()).add(rule.rule_id, rule.condition)
             for r in feeds:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
             self._count_readers(rule, +1)
@@ -584,6 +602,7 @@ class TriggerEvaluator:
                 resources=tuple(resource(f, f"watch.feeds.{j}") for j, f in enumerate(rule.watch.feeds)),
                 within=chronons(rule.watch.within),
                 period=period,
+                condition=None if rule.watch.when is None else Condition.from_spec(rule.watch.when),
             )
         trigger = rule.trigger
         assert trigger is not None  # guaranteed by RuleSpec
@@ -719,16 +738,28 @@ class TriggerEvaluator:
         if not success:
             return []
         ops: list[Op] = []
+        # Matched against the feed's automaton at most once, however many rules read them.
+        prepared = [_Prepared(e) for e in new_entries]
         if new_entries and previous_success is not None and previous_success < started_chronon:
             a, b = previous_success, started_chronon
-            times = update_chronons((e.published for e in new_entries), a, b, self.clock)
+            times: list[int] | None = None
             for rule_id in self._by_resource.get(resource, ()):
+                rule = self._rules[rule_id]
+                if _conditional_watch(rule):
+                    # Only the matching entries are updates for it (issue 43), dated by their own dates.
+                    hits = self._matching(rule, resource, prepared)
+                    if hits:
+                        found = update_chronons((e.entry.published for e in hits), a, b, self.clock)
+                        ops.extend(_telling(self._rule_changes(rule_id, resource, found),
+                                            self._told(rule, resource, hits)))
+                    continue
                 pinged = self._pinged.get(rule_id, {}).get(resource)
                 if pinged is None or not a < pinged <= b:  # a ping already told this rule
+                    if times is None:
+                        times = update_chronons((e.published for e in new_entries), a, b, self.clock)
                     ops.extend(self._rule_changes(rule_id, resource, times))
         elif new_entries and previous_success is None:
-            ops.extend(self._first_probe_updates(resource, started_chronon, new_entries))
-        prepared: list[_Prepared] | None = None
+            ops.extend(self._first_probe_updates(resource, started_chronon, prepared))
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
             if not isinstance(rule, _TriggerRule):
@@ -752,17 +783,13 @@ class TriggerEvaluator:
                 # Nothing to decide. A temporal rule's next check still sees what this probe
                 # found new (another rule's probe, or a poll, took it first): remember whether
                 # it met the condition, not the entries.
-                if rule.mode != "notify" and (baseline or new_entries) and started_chronon not in state.carry:
-                    if baseline is None and prepared is None:
-                        prepared = [_Prepared(e) for e in new_entries]
-                    if self._condition_holds(rule, state, baseline if baseline is not None else prepared or []):
-                        _carry(state, started_chronon)
-                        self._dirty.add(rule_id)
+                if (rule.mode != "notify" and (baseline or new_entries)
+                        and started_chronon not in state.carry
+                        and self._condition_holds(rule, state, baseline if baseline is not None else prepared)):
+                    _carry(state, started_chronon)
+                    self._dirty.add(rule_id)
                 continue
-            if baseline is None and prepared is None:
-                prepared = [_Prepared(e) for e in new_entries]
             entries = baseline if baseline is not None else prepared
-            assert entries is not None
             # Probes that started by now and found a match since the last check fire the rule
             # (counting rules carry nothing: they count every probe).
             carried = bisect.bisect_right(state.carry, started_chronon)
@@ -770,17 +797,20 @@ class TriggerEvaluator:
                 del state.carry[:carried]
                 self._dirty.add(rule_id)
             fired = carried > 0 or self._condition_holds(rule, state, entries)
+            # What matched is told (issue 43): this probe's matching entries. A temporal rule
+            # fired only by what earlier probes found (the carry keeps no entries) tells none.
+            told = self._told(rule, rule.resource, entries) if fired and due else ()
             for cei_id in due:
                 del state.open[cei_id]
                 self._open_index.pop(cei_id, None)
                 self._dirty.add(rule_id)
                 if fired:
-                    ops.extend(self._query_eis(rule, cei_id, started_chronon))
+                    ops.extend(self._query_eis(rule, cei_id, started_chronon, told))
                 else:
                     ops.append(SealCei(cei_id))
         return ops
 
-    def _first_probe_updates(self, resource: int, started: int, new_entries: Sequence[EntryLike]) -> list[Op]:
+    def _first_probe_updates(self, resource: int, started: int, new_entries: list[_Prepared]) -> list[Op]:
         """What a feed's first successful probe says to each rule: the changes dated since the rule's install.
 
         The document is the feed's backlog, but an entry dated at or after the
@@ -789,13 +819,25 @@ class TriggerEvaluator:
         the first one, and its watch rules advance at each, in order, exactly
         as if an earlier probe had found them. Without ``since`` (unknown),
         or with no entry dated since, the backlog says nothing. A ping since
-        the install already told the rule.
+        the install already told the rule. A watch rule with a ``when`` reads only the
+        matching entries.
         """
         ops: list[Op] = []
-        published = [e.published for e in new_entries]
+        published = [e.entry.published for e in new_entries]
         for rule_id in self._by_resource.get(resource, ()):
             state = self._trigger_state.get(rule_id) or self._watch_state.get(rule_id)
             if state is None or state.since is None:
+                continue
+            rule = self._rules[rule_id]
+            if _conditional_watch(rule):
+                # The matching entries that are changes since the install (not its backlog).
+                since = state.since
+                hits = [e for e in self._matching(rule, resource, new_entries)
+                        if changes_since((e.entry.published,), since, started, self.clock)]
+                times = changes_since([e.entry.published for e in hits], since, started, self.clock)
+                if times:
+                    ops.extend(_telling(self._rule_changes(rule_id, resource, times),
+                                        self._told(rule, resource, hits)))
                 continue
             times = changes_since(published, state.since, started, self.clock)
             pinged = self._pinged.get(rule_id, {}).get(resource)
@@ -829,11 +871,15 @@ class TriggerEvaluator:
         CEIs for that user's rules only); ``None`` reaches every profile. The
         probe that later finds the announced entries confirms the update for
         the rules the ping reached and does not count it again for them; the
-        rules it did not reach learn of it from that probe.
+        rules it did not reach learn of it from that probe. A watch rule with a ``when`` is
+        not advanced by a ping (it holds no entry to match): the probe that finds the entries
+        decides for it.
         """
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
+            if _conditional_watch(rule):
+                continue
             if profiles is None or rule.profile_id in profiles:
                 if _waits_for_updates(rule):  # a temporal rule reads no update: nothing to confirm
                     self._pinged.setdefault(rule_id, {})[resource] = t
@@ -1126,15 +1172,45 @@ class TriggerEvaluator:
         # Paper 002 §2.1, "WHEN COUNT(*) % X = 0": some entry of this batch is the X-th, 2X-th, …
         return state.nth_count // cond.every_nth > before // cond.every_nth
 
-    def _query_eis(self, rule: _TriggerRule, cei_id: str, t: int) -> list[Op]:
+    def _query_eis(
+        self, rule: _TriggerRule, cei_id: str, t: int, told: tuple[MatchedEntry, ...] = ()
+    ) -> list[Op]:
         if not rule.queries:  # a single-feed alert: the trigger's EI alone, fired
-            return [SealCei(cei_id, fired=True)]
+            return [SealCei(cei_id, fired=True, matched=told)]
         ops: list[Op] = []
         last = len(rule.queries) - 1
         for i, q in enumerate(rule.queries):
             finish = t + q.within if q.within is not None else self._overwrite_finish(q.resource, t)
-            ops.append(RevealEi(cei_id, q.resource, t, finish, seal=i == last))
+            # The trigger's matching entries ride on the first query EI: told once per CEI.
+            ops.append(RevealEi(cei_id, q.resource, t, finish, seal=i == last,
+                                matched=told if i == 0 else ()))
         return ops
+
+    def _matching(self, rule: _Rule, resource: int, entries: list[_Prepared]) -> list[_Prepared]:
+        """The entries of ``resource`` that meet ``rule``'s condition (every entry without one)."""
+        cond = rule.condition
+        index = self._index.get(resource) if cond is not None and _selective(cond) else None
+        if index is None:
+            return entries
+        return [e for e in entries if rule.rule_id in e.matches(index)]
+
+    def _told(self, rule: _Rule, resource: int, entries: list[_Prepared]) -> tuple[MatchedEntry, ...]:
+        """The first :data:`MAX_MATCHED` entries meeting ``rule``'s condition, with what matched
+        (``kind="any"`` for every entry of a rule without keywords nor regex)."""
+        cond = rule.condition
+        index = self._index.get(resource) if cond is not None and _selective(cond) else None
+        out: list[MatchedEntry] = []
+        for e in entries:
+            m = _ANY if index is None else e.matches(index).get(rule.rule_id)
+            if m is None:
+                continue
+            entry = e.entry
+            # getattr, as matching.entry_text: an entry may lack a field (tests', the simulator's).
+            out.append(MatchedEntry(resource, getattr(entry, "title", None), getattr(entry, "link", None),
+                                    entry.published, m.kind, m.field, m.text))
+            if len(out) == MAX_MATCHED:
+                break
+        return tuple(out)
 
     def _overwrite_finish(self, resource: int, t: int) -> int:
         """The last chronon of an ``overwrite`` EI starting at ``t``: before the feed's expected next update."""
@@ -1173,6 +1249,16 @@ class TriggerEvaluator:
             self._wait(rule.resources, +1)
         self._reweigh(rule.rule_id, rule)
         return ops
+
+
+def _telling(ops: list[Op], matched: tuple[MatchedEntry, ...]) -> list[Op]:
+    """``ops`` with ``matched`` told by the first one that opens or grows a CEI (a watch rule's
+    update: the entries that made it count)."""
+    for i, op in enumerate(ops):
+        if isinstance(op, OpenCei | RevealEi):
+            ops[i] = dataclasses.replace(op, matched=matched)
+            break
+    return ops
 
 
 def _count(counts: dict[int, int], keys: Iterable[int], delta: int) -> None:

@@ -15,11 +15,13 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 __all__ = [
+    "MAX_MATCHED",
     "ChrononGrid",
     "ChrononMapping",
     "EnginePort",
     "EntryFields",
     "EntryLike",
+    "MatchedEntry",
     "Op",
     "OpenCei",
     "RevealEi",
@@ -63,6 +65,26 @@ class EntryLike(EntryFields, Protocol):
     def published(self) -> datetime | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class MatchedEntry:
+    """A new entry that made a rule fire, and what in it matched (issue 43: "what matched
+    is told"). ``resource`` is the feed it was found on; ``kind``, ``field`` and ``text`` are
+    :class:`proxy.rules.matching.Match`'s (``kind="any"``: the rule has no keyword nor regex,
+    every new entry counts)."""
+
+    resource: int
+    title: str | None
+    link: str | None
+    published: datetime | None
+    kind: str
+    field: str | None
+    text: str | None
+
+
+#: At most this many matched entries ride on one operation (the notification lists them).
+MAX_MATCHED = 20
+
+
 class EnginePort(Protocol):
     """The part of ``proxy.core.engine.Engine`` that :func:`apply_ops` drives."""
 
@@ -88,6 +110,9 @@ class OpenCei:
     # EIs are updates, so it has; a trigger CEI fires when its query EIs join (issue 23).
     # Not part of equality: it is bookkeeping for the store, not an engine operation.
     fired: bool = field(default=False, compare=False)
+    # The entries that made the rule fire, told with this operation (bookkeeping, as fired):
+    # a watch rule's update whose feed has a ``when``.
+    matched: tuple[MatchedEntry, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +124,10 @@ class RevealEi:
     start: int
     finish: int
     seal: bool
+    # The entries that made the rule fire, told with this operation (bookkeeping, not part of
+    # equality): a trigger's matching entries ride on its first query EI, a watch rule's on
+    # the EI of the update they made count.
+    matched: tuple[MatchedEntry, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +138,8 @@ class SealCei:
     # A single-feed alert fires by its seal (its rule's condition held), having no query
     # EI to reveal. Not part of equality: bookkeeping for the store, as OpenCei.fired.
     fired: bool = field(default=False, compare=False)
+    # A single-feed alert's matching entries (bookkeeping, as fired).
+    matched: tuple[MatchedEntry, ...] = field(default=(), compare=False)
 
 
 Op = OpenCei | RevealEi | SealCei

@@ -57,6 +57,7 @@ __all__ = [
     "QuerySpec",
     "RuleSpec",
     "TriggerSpec",
+    "WatchConditionSpec",
     "WatchSpec",
 ]
 
@@ -309,11 +310,31 @@ class PeriodSpec(_Spec):
         return self
 
 
+class WatchConditionSpec(ConditionSpec):
+    """A watch rule's ``when``: a watched feed's update counts only if one of its new entries
+    matches. ``every_nth`` is a trigger's counter and is refused here."""
+
+    @field_validator("every_nth")
+    @classmethod
+    def _no_counting(cls, every_nth: int | None) -> int | None:
+        if every_nth is not None:
+            raise _invalid(
+                "field",
+                "'every_nth' counts a trigger's entries; a watch rule's update counts when one "
+                "of its new entries matches (use contains, all, exclude or regex)",
+            )
+        return every_nth
+
+
 class WatchSpec(_Spec):
-    """AuctionWatch(k): one EI ``[u, u + within]`` per feed, ``u`` its next update notification."""
+    """AuctionWatch(k): one EI ``[u, u + within]`` per feed, ``u`` its next update notification.
+
+    With ``when``, an update of a watched feed counts only if some new entry of it matches
+    (the probe that finds the entries decides; a ping alone cannot, see docs/rules.md)."""
 
     feeds: list[FeedId] = Field(min_length=1, max_length=100)
     within: Duration
+    when: WatchConditionSpec | None = None
 
     @field_validator("feeds")
     @classmethod

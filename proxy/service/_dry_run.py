@@ -57,7 +57,7 @@ log = structlog.get_logger("proxy.service")
 
 __all__ = ["EntryVerdict", "FeedTrial", "RuleTrial", "judge", "rule_feed_fields"]
 
-#: What a rule without ``when`` (and a watch rule) makes of any entry: it counts.
+#: What a rule without ``when`` makes of any entry: it counts.
 ANY = Match("any")
 #: Dry runs a user may start at once, and a minute on average (a person trying conditions
 #: by hand stays well inside; a script looping on the route does not).
@@ -115,10 +115,11 @@ def _read_feeds(rule: RuleSpec) -> list[int]:
 def judge(rule: RuleSpec, entries: Iterable[Entry]) -> tuple[EntryVerdict, ...]:
     """Each entry with what the rule's condition makes of it. Pure.
 
-    A trigger's ``when`` decides (:meth:`Condition.match`); without one, and for a watch
-    rule (it fires at each update, whatever it holds), every entry counts (``kind="any"``).
+    The rule's ``when`` (a trigger's or a watch rule's) decides (:meth:`Condition.match`);
+    without one every entry counts (``kind="any"``).
     """
-    when = rule.trigger.when if rule.trigger is not None else None
+    when = (rule.trigger.when if rule.trigger is not None
+            else rule.watch.when if rule.watch is not None else None)
     condition = Condition.from_spec(when) if when is not None else None
     return tuple(EntryVerdict(e, condition.match(e) if condition is not None else ANY)
                  for e in entries)
