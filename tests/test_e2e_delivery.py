@@ -117,7 +117,7 @@ async def test_a_failing_receiver_that_recovers_gets_every_notification_signed_o
             if req.path != "/hook":
                 continue
             doc = hook.verify(req.body, req.headers)
-            assert doc["type"] == "captured" and doc["version"] == 1
+            assert doc["type"] == "captured" and doc["version"] == 2
             assert doc["cei"]["id"] == rows[req.msg_id]["cei_id"]
             assert doc["profile"] == {"id": pid, "name": "every second"}
             assert doc["cei"]["fired"] is fired[doc["cei"]["id"]]  # as the API says it

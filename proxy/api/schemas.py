@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from proxy.notify.payload import Notification
+from proxy.notify.payload import MatchedEntryInfo, Notification
 from proxy.rules import FeedModelEstimate
 from proxy.service.rule_status import FeedStatus, ProfileStatus, RuleState
 from proxy.store import (
@@ -333,6 +333,11 @@ class CeiOut(BaseModel):
     created_at: dt.datetime
     rule_id: int | None
     eis: list[EiOut]
+    matched: list[MatchedEntryInfo] = Field(
+        default_factory=list,
+        description="The entries that made the rule fire, with the field and the keyword or "
+                    "pattern that matched in each (issue 43; as in the notification, version 2).",
+    )
 
 
 class CapturedEntryOut(BaseModel):
@@ -439,6 +444,8 @@ def cei_out(cei: Cei, start_of: Any) -> CeiOut:
         id=cei.id, state=cei.state, fired=cei.fired, release=cei.release, sealed=cei.sealed,
         resolved_chronon=cei.resolved_chronon, created_at=cei.created_at, rule_id=cei.rule_id,
         eis=[ei_out(ei, start_of) for ei in cei.eis],
+        matched=[MatchedEntryInfo.of(m.feed_id, m.title, m.link, m.published, m.kind, m.field, m.text)
+                 for m in cei.matched],
     )
 
 

@@ -21,6 +21,13 @@ def render_text(n: Notification) -> tuple[str, str]:
     # A captured CEI whose condition never held is a check made in time, not news (issue 23).
     held = "the rule fired" if n.cei.fired else "the rule did not fire (its trigger was only checked)"
     lines = [f"Profile {n.profile.name!r}{rule}: CEI {n.cei.id} was {verb}; {held}."]
+    if n.matched:
+        lines.append("Matched:")
+    for m in n.matched:
+        what = (f"'{m.keyword}' in {m.field}" if m.keyword is not None
+                else f"/{m.pattern}/ in {m.field}" if m.pattern is not None else "any new entry")
+        lines.append(f"- {m.title or '(untitled)'}" + (f" <{m.link}>" if m.link else "")
+                     + f": {what}")
     for ei in n.eis:
         when = f", window {ei.window_start:%Y-%m-%d %H:%M:%S}Z" if ei.window_start else ""
         head = f"- {ei.feed_url} ({ei.state}{when})"

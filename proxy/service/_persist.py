@@ -35,6 +35,7 @@ from proxy.store import (
     CeiStateChange,
     FeedUpdate,
     Lease,
+    MatchedRecord,
     NewEi,
     NewEntry,
     ProbeInput,
@@ -64,6 +65,7 @@ class AddCei:
     eis: tuple[NewEi, ...]
     sealed: bool
     fired: bool = False  # a watch rule's CEI opens fired; a trigger rule's when its query EIs join
+    matched: tuple[MatchedRecord, ...] = ()  # the entries that made it fire (issue 43)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,7 @@ class AddEi:
     cei_id: str
     ei: NewEi
     seal: bool
+    matched: tuple[MatchedRecord, ...] = ()  # entries that made the CEI fire, told with this EI
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class Seal:
 
     cei_id: str
     fired: bool = False
+    matched: tuple[MatchedRecord, ...] = ()  # an alert's matching entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,8 @@ _STEP_BYTES = 160
 _EI_BYTES = 170
 _ENTRY_BYTES = 250
 _RULE_STATE_BYTES = 300
+# A matched entry told with a step (issue 43): a small record and its title and link, estimated.
+_MATCHED_BYTES = 400
 
 
 def _step_bytes(step: Step) -> int:
@@ -178,12 +184,14 @@ def _step_bytes(step: Step) -> int:
         return (2 * _STEP_BYTES + _ENTRY_BYTES * len(step.entries) + text
                 + _STEP_BYTES * (len(step.captures) + len(step.resolved)))
     if isinstance(step, AddCei):
-        return _STEP_BYTES + _EI_BYTES * len(step.eis)
+        return _STEP_BYTES + _EI_BYTES * len(step.eis) + _MATCHED_BYTES * len(step.matched)
     if isinstance(step, AddEi):
-        return _STEP_BYTES + _EI_BYTES
+        return _STEP_BYTES + _EI_BYTES + _MATCHED_BYTES * len(step.matched)
+    if isinstance(step, Seal):
+        return _STEP_BYTES + _MATCHED_BYTES * len(step.matched)
     if isinstance(step, RuleStates):
         return _STEP_BYTES + _RULE_STATE_BYTES * len(step.states)
-    return _STEP_BYTES  # Seal, Captured, Resolved, ChrononRow: a few small fields
+    return _STEP_BYTES  # Captured, Resolved, ChrononRow: a few small fields
 
 
 def batch_bytes(steps: Sequence[Step]) -> int:
@@ -627,25 +635,32 @@ class Writer:
             seal = [s.cei_id for s in step.steps if isinstance(s, Seal)]
             seal += [s.cei_id for s in step.steps if isinstance(s, AddEi) and s.seal]
             fired = [s.cei_id for s in step.steps if isinstance(s, Seal) and s.fired]
-            for cei_id, by_ordinal in (await store.add_eis(eis, seal, fired=fired)).items():
+            matched: dict[str, list[MatchedRecord]] = {}
+            for s in step.steps:
+                if s.matched:
+                    matched.setdefault(s.cei_id, []).extend(s.matched)
+            for cei_id, by_ordinal in (
+                await store.add_eis(eis, seal, fired=fired, matched=matched)
+            ).items():
                 rnd.ei_ids.setdefault(cei_id, {}).update(by_ordinal)
         elif isinstance(step, OpenCeis):
             rnd.ei_ids.update(await store.add_ceis([
                 (c.cei_id, c.profile_id, c.rule_id, c.release, c.sealed, c.eis) for c in step.ceis],
-                fired=[c.cei_id for c in step.ceis if c.fired]))
+                fired=[c.cei_id for c in step.ceis if c.fired],
+                matched={c.cei_id: c.matched for c in step.ceis if c.matched}))
         elif isinstance(step, AddCei):
             cei = await store.add_cei(
                 step.cei_id, step.profile_id, step.release, step.eis,
-                rule_id=step.rule_id, sealed=step.sealed, fired=step.fired,
+                rule_id=step.rule_id, sealed=step.sealed, fired=step.fired, matched=step.matched,
             )
             rnd.ei_ids[cei.id] = {ei.ordinal: ei.id for ei in cei.eis}
         elif isinstance(step, AddEi):
-            ei = await store.add_ei(step.cei_id, step.ei)
+            ei = await store.add_ei(step.cei_id, step.ei, matched=step.matched)
             rnd.ei_ids.setdefault(step.cei_id, {})[ei.ordinal] = ei.id
             if step.seal:
                 await store.seal_cei(step.cei_id)
         elif isinstance(step, Seal):
-            await store.seal_cei(step.cei_id, fired=step.fired)
+            await store.seal_cei(step.cei_id, fired=step.fired, matched=step.matched)
         elif isinstance(step, Captured):
             # Captured outside a probe's own write: an EI revealed after a successful probe of
             # its feed within its window (the engine's history). That probe is in the database

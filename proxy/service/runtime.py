@@ -31,10 +31,10 @@ from proxy.rules import (
     TriggerEvaluator,
     UnknownFeedError,
 )
-from proxy.rules.ports import ChrononMapping, Op
+from proxy.rules.ports import ChrononMapping, MatchedEntry, Op
 from proxy.service._feeds import FeedTable
 from proxy.service._persist import AddCei, AddEi, Captured, Resolved, RuleStates, Seal, Step
-from proxy.store import Cei, NewEi, Profile
+from proxy.store import Cei, MatchedRecord, NewEi, Profile
 
 log = structlog.get_logger("proxy.service")
 
@@ -187,15 +187,15 @@ class Runtime:
                         NewEi(i, feeds.by_resource[r].id, s, f) for i, (r, s, f) in enumerate(op.eis)
                     )
                     steps.append(AddCei(op.cei_id, int(op.profile_id), rule_db_id(op.rule_id),
-                                        engine.now, eis, op.sealed, op.fired))
+                                        engine.now, eis, op.sealed, op.fired, self._records(op.matched)))
                 elif isinstance(op, RevealEi):
                     ordinal = engine.reveal_ei(op.cei_id, op.resource, op.start, op.finish, seal=op.seal)
                     ei = NewEi(ordinal, feeds.by_resource[op.resource].id, op.start, op.finish,
                                reveal=engine.now)
-                    steps.append(AddEi(op.cei_id, ei, op.seal))
+                    steps.append(AddEi(op.cei_id, ei, op.seal, self._records(op.matched)))
                 else:
                     engine.seal(op.cei_id)
-                    steps.append(Seal(op.cei_id, op.fired))
+                    steps.append(Seal(op.cei_id, op.fired, self._records(op.matched)))
             except (KeyError, ValueError) as exc:
                 # Cannot happen by construction: CEI ids are never reused (high-water mark on
                 # restore) and a restore closes in the evaluator every CEI the engine does not
@@ -203,6 +203,15 @@ class Runtime:
                 self.tally.refused_ops += 1
                 log.error("op_refused", op=type(op).__name__, cei=op.cei_id, reason=repr(exc))
         return steps
+
+    def _records(self, matched: Iterable[MatchedEntry]) -> tuple[MatchedRecord, ...]:
+        """What matched, as the store keeps it: feeds by their ids, not engine resources."""
+        by_resource = self.feeds.by_resource
+        return tuple(
+            MatchedRecord(by_resource[m.resource].id, m.title, m.link, m.published, m.kind,
+                          m.field, m.text)
+            for m in matched
+        )
 
     def drain(self) -> tuple[list[Step], list[Step]]:
         """The engine's pending events as steps, and the follow-up steps.

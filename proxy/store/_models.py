@@ -18,7 +18,8 @@ Tables
 ``rules``            a profile's ordered rules: ``spec`` is the rule as submitted and validated,
                      ``state`` the trigger evaluator's runtime state (kept for restarts).
 ``rule_feeds``       which feeds a rule reads; lets ``delete_feed`` refuse while a rule needs it.
-``ceis``             complex execution intervals; ``id`` is the engine's CEI id.
+``ceis``             complex execution intervals; ``id`` is the engine's CEI id; ``matched``
+                     the entries that made it fire (JSON, migration 0010).
 ``eis``              the simple execution intervals of a CEI (``ordinal`` within the CEI).
 ``probes``           one row per HTTP probe of a feed.
 ``entries``          every entry ever seen of a feed, UNIQUE (feed_id, identity): "is this
@@ -37,7 +38,8 @@ Tables
                      (``rule_id`` NULL: the profile's default, for CEIs without a rule).
 ``notification_events`` the outbox's documents: one per resolved CEI (UNIQUE cei_id),
                      written in the transaction that resolves it; ``id`` is the
-                     monotonic SSE event id, ``payload`` the rendered JSON (version 1).
+                     monotonic SSE event id, ``payload`` the rendered JSON (version 2;
+                     events written before migration 0010 hold version 1).
 ``deliveries``       one row per (event, target), UNIQUE: ``pending`` until delivered
                      (``delivered``) or given up (``failed``: the dead letters);
                      ``msg_id`` is the ``webhook-id`` of every attempt.
@@ -258,6 +260,9 @@ class CeiRow(Base):
     state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
     resolved_chronon: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime]
+    # The entries that made it fire and what matched in each (JSON list, MatchedRecord.to_json;
+    # migration 0010, issue 43), NULL when none was told.
+    matched: Mapped[Any | None] = mapped_column(JSON)
 
 
 class EiRow(Base):

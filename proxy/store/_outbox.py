@@ -6,7 +6,7 @@ send a notification whose resolution was rolled back: the dispatcher only reads
 committed ``deliveries`` rows.
 
 The document of an event is rendered here, once (:class:`proxy.notify.payload.Notification`,
-version 1): every target and every retry sends the same bytes.
+version 2): every target and every retry sends the same bytes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from proxy.notify.payload import (
     CeiInfo,
     EntryInfo,
     FeedFailure,
+    MatchedEntryInfo,
     NamedRef,
     Notification,
     NotificationEi,
@@ -47,7 +48,7 @@ from proxy.store._models import (
     ProfileRow,
     RuleRow,
 )
-from proxy.store._types import CeiStateChange, NotifyTarget, RuleInput, TargetInput
+from proxy.store._types import CeiStateChange, MatchedRecord, NotifyTarget, RuleInput, TargetInput
 
 #: Probe outcomes that saw the feed (proxy.feeds' Ok and NotModified).
 _SUCCESS = ("ok", "not_modified")
@@ -186,6 +187,7 @@ class Outbox(Feeds):
             for row in await conn.execute(
                 select(
                     CeiRow.id, CeiRow.profile_id, CeiRow.rule_id, CeiRow.release, CeiRow.fired,
+                    CeiRow.matched,
                     ProfileRow.user_id, ProfileRow.name.label("profile_name"),
                     RuleRow.name.label("rule_name"),
                 )
@@ -351,6 +353,10 @@ class Outbox(Feeds):
                         resolved_chronon=change.resolved_chronon,
                         resolved_at=at(change.resolved_chronon)),
             eis=items,
+            matched=[
+                MatchedEntryInfo.of(r.feed_id, r.title, r.link, r.published, r.kind, r.field, r.text)
+                for r in (MatchedRecord.from_json(m) for m in cei.matched or ())
+            ],
         )
 
     async def _insert_deliveries(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -59,10 +59,12 @@ from proxy.store._models import (
 )
 from proxy.store._outbox import Outbox
 from proxy.store._types import (
+    MAX_MATCHED_PER_CEI,
     Cei,
     CeiState,
     CeiStateChange,
     Ei,
+    MatchedRecord,
     NewEi,
     NewProfile,
     Profile,
@@ -438,9 +440,11 @@ class ProfilesAndCeis(Outbox):
         rule_id: int | None = None,
         sealed: bool = True,
         fired: bool = False,
+        matched: Sequence[MatchedRecord] = (),
     ) -> Cei:
         """Store a new pending CEI with its EIs. ``sealed=False`` marks a CEI that may still
-        grow (:meth:`add_ei`, then :meth:`seal_cei`). Raises :class:`ConflictError` for a
+        grow (:meth:`add_ei`, then :meth:`seal_cei`); ``matched``: the entries that made it
+        fire (a watch rule's with a ``when``). Raises :class:`ConflictError` for a
         duplicate id, :class:`ProfileNotFoundError` / :class:`FeedNotFoundError`, and
         :class:`NotFoundError` for a ``rule_id`` that is not one of the profile's rules."""
         async with self._tx() as conn:
@@ -471,6 +475,7 @@ class ProfilesAndCeis(Outbox):
                         fired=fired,
                         state="pending",
                         created_at=self._clock(),
+                        matched=_matched_json(matched),
                     )
                 )
             except IntegrityError:
@@ -483,11 +488,12 @@ class ProfilesAndCeis(Outbox):
         ceis: Sequence[tuple[str, int, int | None, int, bool, Sequence[NewEi]]],
         *,
         fired: Collection[str] = (),
+        matched: Mapping[str, Sequence[MatchedRecord]] | None = None,
     ) -> dict[str, dict[int, int]]:
         """Store many new pending CEIs ``(id, profile_id, rule_id, release, sealed, eis)`` in ONE
         transaction (the service opens thousands per chronon). CEIs whose profile no longer
-        exists are skipped; ``fired`` names the CEIs that open fired (a watch rule's);
-        returns the stored EI ids by CEI id and ordinal. Raises
+        exists are skipped; ``fired`` names the CEIs that open fired (a watch rule's), and
+        ``matched`` gives, by CEI id, the entries that made them fire; returns the stored EI ids by CEI id and ordinal. Raises
         :class:`ConflictError` for a duplicate CEI id (nothing is stored then)."""
         if not ceis:
             return {}
@@ -511,7 +517,7 @@ class ProfilesAndCeis(Outbox):
                 await conn.execute(insert(CeiRow), [
                     {"id": cid, "profile_id": pid, "rule_id": rid if rid in live_rules else None,
                      "release": release, "sealed": sealed, "fired": cid in fired, "state": "pending",
-                     "created_at": now}
+                     "created_at": now, "matched": _matched_json((matched or {}).get(cid, ()))}
                     for cid, pid, rid, release, sealed, _ in kept
                 ])
             except IntegrityError:
@@ -533,14 +539,16 @@ class ProfilesAndCeis(Outbox):
     async def add_eis(
         self, eis: Sequence[tuple[str, NewEi]], seal: Sequence[str] = (),
         *, fired: Sequence[str] = (),
+        matched: Mapping[str, Sequence[MatchedRecord]] | None = None,
     ) -> dict[str, dict[int, int]]:
         """Add EIs to existing CEIs and seal CEIs, in ONE transaction; EIs of CEIs that no
         longer exist are skipped; a CEI that gains an EI has fired (its condition held), and
-        so has each of ``fired`` (single-feed alerts, which fire by their seal).
+        so has each of ``fired`` (single-feed alerts, which fire by their seal); ``matched``
+        adds, by CEI id, entries that made it fire to those it has.
         Returns the stored EI ids by CEI id and ordinal. Raises
         :class:`ConflictError` if an ordinal is taken (nothing is stored then)."""
         out: dict[str, dict[int, int]] = {}
-        cei_ids = list({cid for cid, _ in eis} | set(seal))
+        cei_ids = list({cid for cid, _ in eis} | set(seal) | set(matched or ()))
         if not cei_ids:
             return out
         async with self._tx() as conn:
@@ -563,6 +571,7 @@ class ProfilesAndCeis(Outbox):
             sealed = [cid for cid in seal if cid in alive]
             for chunk in _chunks(sealed):
                 await conn.execute(update(CeiRow).where(_among(conn, CeiRow.id, chunk)).values(sealed=True))
+            await self._tell_matched(conn, {c: m for c, m in (matched or {}).items() if c in alive})
             touched = sorted({cid for cid, _ in eis if cid in alive})
             for chunk in _chunks(touched):
                 for row in await conn.execute(
@@ -571,14 +580,18 @@ class ProfilesAndCeis(Outbox):
                     out.setdefault(row.cei_id, {})[row.ordinal] = row.id
         return out
 
-    async def add_ei(self, cei_id: str, ei: NewEi) -> Ei:
-        """Add one EI to an existing CEI, which has then fired (its rule's condition held).
+    async def add_ei(
+        self, cei_id: str, ei: NewEi, *, matched: Sequence[MatchedRecord] = ()
+    ) -> Ei:
+        """Add one EI to an existing CEI, which has then fired (its rule's condition held);
+        ``matched``: entries that made it fire, added to those it has.
         Raises :class:`NotFoundError` / :class:`ConflictError` (ordinal taken)."""
         async with self._tx() as conn:
             if (await conn.execute(select(CeiRow.id).where(CeiRow.id == cei_id))).first() is None:
                 raise NotFoundError("CEI", cei_id)
             await self._insert_eis(conn, cei_id, [ei])
             await conn.execute(update(CeiRow).where(CeiRow.id == cei_id).values(fired=True))
+            await self._tell_matched(conn, {cei_id: matched})
             row = (
                 await conn.execute(
                     select(EiRow).where(EiRow.cei_id == cei_id, EiRow.ordinal == ei.ordinal)
@@ -586,8 +599,11 @@ class ProfilesAndCeis(Outbox):
             ).one()
         return _ei(row)
 
-    async def seal_cei(self, cei_id: str, *, fired: bool = False) -> None:
-        """Mark a CEI complete: no more EIs will be added; ``fired``: and its rule fired."""
+    async def seal_cei(
+        self, cei_id: str, *, fired: bool = False, matched: Sequence[MatchedRecord] = ()
+    ) -> None:
+        """Mark a CEI complete: no more EIs will be added; ``fired``: and its rule fired,
+        ``matched`` telling on which entries (added to those it has)."""
         values: dict[str, bool] = {"sealed": True, **({"fired": True} if fired else {})}
         async with self._tx() as conn:
             result = await conn.execute(
@@ -595,6 +611,33 @@ class ProfilesAndCeis(Outbox):
             )
             if not result.rowcount:
                 raise NotFoundError("CEI", cei_id)
+            await self._tell_matched(conn, {cei_id: matched})
+
+    async def _tell_matched(
+        self, conn: AsyncConnection, matched: Mapping[str, Sequence[MatchedRecord]]
+    ) -> None:
+        """Add entries that made CEIs fire to those each has (at most MAX_MATCHED_PER_CEI kept,
+        the first told). A read then a write per CEI: only CEIs that fire with entries told."""
+        told = {c: m for c, m in matched.items() if m}
+        if not told:
+            return
+        have: dict[str, list[Any]] = {}
+        for chunk in _chunks(sorted(told)):
+            for row in await conn.execute(
+                select(CeiRow.id, CeiRow.matched).where(_among(conn, CeiRow.id, chunk))
+            ):
+                have[row.id] = list(row.matched or [])
+        rows = [
+            {"b_id": c, "b_matched": (have[c] + [m.to_json() for m in told[c]])[:MAX_MATCHED_PER_CEI]}
+            for c in sorted(told) if c in have and len(have[c]) < MAX_MATCHED_PER_CEI
+        ]
+        if rows:
+            table = cast(Table, CeiRow.__table__)
+            await conn.execute(
+                update(table).where(table.c.id == bindparam("b_id"))
+                .values(matched=bindparam("b_matched")),
+                rows,
+            )
 
     async def _insert_eis(self, conn: AsyncConnection, cei_id: str, eis: Sequence[NewEi]) -> None:
         if not eis:
@@ -872,9 +915,15 @@ class ProfilesAndCeis(Outbox):
                 created_at=row.created_at,
                 eis=tuple(eis_by_cei[row.id]),
                 fired=bool(row.fired),
+                matched=tuple(MatchedRecord.from_json(m) for m in row.matched or ()),
             )
             for row in cei_rows
         ]
+
+
+def _matched_json(matched: Sequence[MatchedRecord]) -> list[dict[str, Any]] | None:
+    """``ceis.matched`` for entries told at a CEI's opening: NULL when none."""
+    return [m.to_json() for m in matched[:MAX_MATCHED_PER_CEI]] or None
 
 
 def _check_rule_names(rules: Sequence[RuleInput]) -> None:

@@ -176,6 +176,39 @@ class Ei:
 
 
 @dataclass(frozen=True, slots=True)
+class MatchedRecord:
+    """An entry that made a CEI's rule fire, and what in it matched (issue 43: "what matched
+    is told"), as ``ceis.matched`` keeps it: ``kind`` ``contains``/``all``/``regex``/``any``,
+    ``field`` the entry field, ``text`` the keyword as written or the regex pattern."""
+
+    feed_id: int
+    title: str | None
+    link: str | None
+    published: dt.datetime | None
+    kind: str
+    field: str | None = None
+    text: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"feed_id": self.feed_id, "title": self.title, "link": self.link,
+                "published": None if self.published is None else self.published.isoformat(),
+                "kind": self.kind, "field": self.field, "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: Any) -> MatchedRecord:
+        published = data.get("published")
+        return cls(
+            feed_id=int(data["feed_id"]), title=data.get("title"), link=data.get("link"),
+            published=None if published is None else dt.datetime.fromisoformat(published),
+            kind=str(data.get("kind", "any")), field=data.get("field"), text=data.get("text"),
+        )
+
+
+#: At most this many matched entries are kept per CEI (the first ones told).
+MAX_MATCHED_PER_CEI = 20
+
+
+@dataclass(frozen=True, slots=True)
 class Cei:
     """A stored complex execution interval with its EIs (by ordinal)."""
 
@@ -190,6 +223,9 @@ class Cei:
     eis: tuple[Ei, ...]
     fired: bool = False
     """The rule's condition held (its query EIs joined); false: only the trigger was checked."""
+    matched: tuple[MatchedRecord, ...] = ()
+    """The entries that made it fire, with what matched in each (at most 20; none told for
+    CEIs stored before migration 0010, nor for a temporal rule fired by earlier probes)."""
 
 
 @dataclass(frozen=True, slots=True)
