@@ -148,6 +148,9 @@ def live(
     rule_kind: Annotated[str, typer.Option(
         help="The rule posted per profile: watch (AuctionWatch), alert (a single-feed alert on "
              "update, slack = the window; needs --rank 1); trigger and mixed: not yet.")] = "watch",
+    revisit_factor: Annotated[float | None, typer.Option(
+        help="The service's PROXY_DISCOVERY_REVISIT_FACTOR: no watched feed waits longer than this many "
+             "round-robin cycles (feeds / budget) for a probe; 0: no bound (default: the service's).")] = None,
 ) -> None:
     """Run the service against the feed farm, the simulator and plain readers on one workload.
 
@@ -201,11 +204,12 @@ def live(
         delay = f"-delay{ping_delay:g}" if ping_delay else ""
         past = "-history" if bw.history else ""
         kind = "" if rule_kind == "watch" else f"-{rule_kind}"  # watch runs keep their names
-        tag = f"{bw.name}-{p}-C{c}{kind}{drop}{delay}{past}"
+        bound = "" if revisit_factor is None else f"-revisit{revisit_factor:g}"
+        tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                          service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
-                         rule_kind=rule_kind)
+                         rule_kind=rule_kind, revisit_factor=revisit_factor)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)
@@ -245,13 +249,20 @@ def live(
                 ("live", r["live"]["detection_delay_chronons"]),
                 ("round-robin", r["readers"]["round-robin"]["detection_delay_chronons"]),
                 ("adaptive", r["readers"]["adaptive"]["detection_delay_chronons"]))))
+        # Issue 45: the tail and the clairvoyant, on a line of their own (the line above is a contract).
+        typer.echo(f"{tag}: detection delay p50/p90/p99 (chronons): " + "  ".join(
+            f"{name} {_delays(d, ('p50', 'p90', 'p99'))}" for name, d in (
+                ("live", r["live"]["detection_delay_chronons"]),
+                ("round-robin", r["readers"]["round-robin"]["detection_delay_chronons"]),
+                ("adaptive", r["readers"]["adaptive"]["detection_delay_chronons"]),
+                ("clairvoyant", r["sim"]["detection_delay_chronons"]))))
     if doc is not None:
         _report(out, doc)
 
 
-def _delays(q: dict[str, float]) -> str:
-    """``p50/p90`` of a quantiles dict, ``-`` where there was nothing to measure."""
-    return "/".join("-" if q[k] != q[k] else f"{q[k]:.1f}" for k in ("p50", "p90"))
+def _delays(q: dict[str, float], keys: tuple[str, ...] = ("p50", "p90")) -> str:
+    """``p50/p90`` (or ``keys``) of a quantiles dict, ``-`` where there was nothing to measure."""
+    return "/".join("-" if q[k] != q[k] else f"{q[k]:.1f}" for k in keys)
 
 
 WORKLOAD_DEFAULTS: dict[str, str] = {
@@ -332,3 +343,9 @@ def _report(out: Path, doc: Path) -> None:
     command = "proxy bench report --out " + shlex.quote(str(out)) + " --doc " + shlex.quote(str(doc))
     write_report(results, doc, command, NOTES)
     typer.echo(f"wrote {doc} from {len(results)} result(s); invoked as: {' '.join(sys.argv[1:])}")
+
+
+# issue 47: the proxy beside real feed readers; its module imports only typer at load time.
+from proxy.bench.peers._cli import peers as _peers  # noqa: E402 -- registered after the bench commands
+
+bench_app.command("peers")(_peers)

@@ -141,6 +141,8 @@ class LiveConfig:
     """Feed orders each plain reader's figures are the mean over (``proxy.bench.baselines``)."""
     rule_kind: str = "watch"
     """What each profile's rule is: ``watch`` (AuctionWatch) or ``alert`` (:func:`rule_body`)."""
+    revisit_factor: float | None = None
+    """The service's ``discovery_revisit_factor`` (issue 45's revisit bound); ``None``: its default."""
 
 
 # ---------------------------------------------------------------------- workloads
@@ -558,6 +560,9 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
         db_url = f"sqlite+aiosqlite:///{db_file}"
     log_path = out / f"{tag}-pubs.jsonl"
     log_path.unlink(missing_ok=True)
+    # Every request the proxy makes, for `proxy bench peers` to score it like the real readers.
+    requests_path = out / f"{tag}-requests.jsonl"
+    requests_path.unlink(missing_ok=True)
     values: dict[str, Any] = {
         "database_url": db_url, "chronon_seconds": length, "budget": cfg.budget, "policy": cfg.policy,
         "allow_private_networks": True, "host": "127.0.0.1", "port": free_port(),
@@ -570,6 +575,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
         # is read and the background's fill spends every probe, so it would never run anyway.
         "unwatched_probe_interval_seconds": 0.0,
     }
+    if cfg.revisit_factor is not None:
+        values["discovery_revisit_factor"] = cfg.revisit_factor
     settings = load_settings(**values)
     env = {env_name(key): str(v).lower() if isinstance(v, bool) else str(v) for key, v in values.items()}
     # Farm trace time 0 is one chronon before workload chronon 0, so no event is due at once.
@@ -590,7 +597,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                             prefill=0,
                             clock=clock, drive=True, seconds_per_trace_unit=length,
                             trace_unit=dt.timedelta(seconds=length),
-                            schedule=schedule, log_path=log_path, ping_drop_rate=cfg.ping_drop_rate,
+                            schedule=schedule, log_path=log_path, request_log=requests_path,
+                            ping_drop_rate=cfg.ping_drop_rate,
                             ping_delay=cfg.ping_delay + cfg.ping_lag * length,
                             ping_seed=cfg.seed) as farm:
             try:
@@ -889,7 +897,10 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
             "max_writer_backlog": rec.max_backlog,
         },
         "sim": {"cei_completeness": sim.completeness, "probes": sim.probes,
-                "entry_completeness": entry_outcome(sim_pubs, sim_probes, cfg.feed_window).completeness},
+                "entry_completeness": entry_outcome(sim_pubs, sim_probes, cfg.feed_window).completeness,
+                # The clairvoyant's: told of every update at its chronon (pings), same budget (issue 45).
+                "detection_delay_chronons": quantiles(entry_outcome(
+                    [pub for pub in sim_pubs if pub.resource in remap], sim_probes, cfg.feed_window).delays)},
         "sim_lag": {"cei_completeness": lag_outcome.completeness, "probes": len(sim_lag_probes),
                     "entry_completeness":
                         entry_outcome([Pub(p.resource, p.time + shift) for p in sim_pubs], sim_lag_probes,

@@ -1,0 +1,80 @@
+"""The ``proxy bench peers`` command; heavy imports happen inside it."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[4] / "shared" / "traces" / "real_feeds_items.csv"
+
+
+def peers(
+    workload: Annotated[str, typer.Option(help="poisson (the paper's baseline-like) or trace.")] = "trace",
+    trace: Annotated[Path, typer.Option(help="CSV trace feed_id,timestamp for --workload trace.")] = DEFAULT_TRACE,
+    days: Annotated[float, typer.Option(help="Trace: length of the busiest window replayed.")] = 14.0,
+    feeds: Annotated[int, typer.Option(help="Poisson: number of feeds (resources).")] = 100,
+    lam: Annotated[float, typer.Option(help="Poisson: mean updates per feed over the run.")] = 15.0,
+    profiles: Annotated[int, typer.Option(help="AuctionWatch profiles (watch rules).")] = 100,
+    rank: Annotated[int, typer.Option(help="Largest profile rank (feeds per profile).")] = 3,
+    window: Annotated[int, typer.Option(help="EI window W in chronons (rule 'within').")] = 10,
+    budget: Annotated[int, typer.Option(help="The proxy's budget C (probes per chronon).")] = 1,
+    policy: Annotated[str, typer.Option(help="The proxy's policy.")] = "mrsf-p",
+    chronon_seconds: Annotated[float, typer.Option(help="Chronon length of the proxy's run.")] = 0.3,
+    chronons: Annotated[int, typer.Option(help="Number of chronons K.")] = 300,
+    history: Annotated[bool, typer.Option(
+        help="Trace: first fetches show each feed's items before the window.")] = False,
+    seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
+    phase: Annotated[float, typer.Option(help="When update u is published, in chronons from chronon u.")] = -0.1,
+    ping_lag: Annotated[float, typer.Option(help="Chronons the farm holds every ping.")] = 0.2,
+    reader_orders: Annotated[int, typer.Option(min=1, help="Feed orders of the live bench's replicas.")] = 8,
+    peer_list: Annotated[str, typer.Option(
+        "--peers", help="Real readers to run, comma-separated: reader,changedetection,newsboat,rss2email.")
+    ] = "reader,changedetection,newsboat,rss2email",
+    out: Annotated[Path, typer.Option(help="Folder for the result JSON, request logs and peers' files.")] = Path(
+        "bench-peers"),
+) -> None:
+    """Run the proxy, then each real feed reader, against the same farm and trace; score them alike.
+
+    Each peer polls the rules' feeds by its own scheduler, tuned so that its feed
+    GETs match the proxy's; one line per poller, and ``--out/{tag}-peers.json``
+    with each one's figures, configuration and request log (``docs/peers.md``).
+    """
+    import asyncio
+
+    from proxy.bench.live import BenchError, LiveConfig, poisson_workload, trace_workload
+    from proxy.bench.peers._peers import get_peer
+    from proxy.bench.peers._run import main
+
+    try:
+        chosen = [get_peer(p.strip()) for p in peer_list.split(",") if p.strip()]
+        if workload == "poisson":
+            bw = poisson_workload(resources=feeds, profiles=profiles, chronons=chronons, lam=lam,
+                                  rank=rank, window=window, seed=seed)
+        elif workload == "trace":
+            bw = trace_workload(trace, chronons=chronons, days=days, profiles=profiles, rank=rank,
+                                window=window, seed=seed, history=history)
+        else:
+            raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
+        from proxy.core.policies import get_policy
+
+        get_policy(policy)
+    except (ValueError, LookupError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(bw.description)
+    argv = sys.argv[sys.argv.index("peers"):] if "peers" in sys.argv else ["peers"]
+    command = "proxy bench " + " ".join(shlex.quote(a) for a in argv)
+    cfg = LiveConfig(policy=policy, budget=budget, chronon_seconds=chronon_seconds, seed=seed, phase=phase,
+                     ping_lag=ping_lag, reader_orders=reader_orders)
+    past = "-history" if bw.history else ""
+    tag = f"{bw.name}-{policy}-C{budget}{past}"
+    try:
+        path = asyncio.run(main(bw, cfg, chosen, out, tag, command, typer.echo))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        typer.echo(f"interrupted; files so far are in {out}", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(f"wrote {path}")

@@ -1,0 +1,329 @@
+"""The real feed readers ``proxy bench peers`` runs, each driven by its own scheduler (issue 47).
+
+Each peer gets a :class:`PeerPlan` from :meth:`Peer.plan`: the wall length of a
+chronon for its run and how many chronons one of *its* minutes lasts, chosen so
+that its feed GETs come out at the proxy's.  A peer that polls every feed in
+each round (all four do) makes ``R = round(G / n)`` rounds for ``G`` GETs on
+``n`` feeds; its minute is stretched or squeezed so that the run's ``K``
+chronons hold exactly ``R`` of its rounds.  That is the only knob: what each
+program fetches and when, within its minute, is its own decision.
+
+- **rss2email** has no scheduler: cron runs ``r2e run`` every minute.  Emulated
+  here at that 1-minute step (a peer minute = ``K / R`` chronons).
+- **reader** (lemon24) runs scheduled updates (``interval`` 1 minute, no jitter)
+  under ``faketime``, whose clock and sleep run ``60 / minute_seconds`` times
+  fast.  Its first update is at start (new feeds are due at once), then one per
+  minute boundary: the window is ``R - 1/2`` of its minutes, so it holds ``R``.
+- **newsboat** reloads every feed every ``reload-time`` (whole, real) minutes;
+  faketime breaks its sleep loop, so its minutes are real and the trace is
+  compressed instead (a chronon = ``60 (R - 1/2) / K`` seconds).
+- **changedetection.io** is not driven yet: :meth:`Peer.missing` says so.
+
+Deliberately not here: scoring (:mod:`proxy.bench.peers._score`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import fcntl
+import math
+import os
+import pty
+import shutil
+import signal
+import struct
+import termios
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+PEERS_DIR_ENV = "FMP_PEERS_DIR"
+PEER_NAMES = ("reader", "changedetection", "newsboat", "rss2email")
+INSTALL = "benchmarks/peers/install.sh"
+
+
+def peers_dir() -> Path:
+    """Where install.sh put the peers' venvs (``$FMP_PEERS_DIR``, default ``~/.cache/fmp-peers``)."""
+    return Path(os.environ.get(PEERS_DIR_ENV) or Path.home() / ".cache" / "fmp-peers")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPlan:
+    """How one peer's run is timed: the wall chronon, its minute in chronons, its settings."""
+
+    chronon_seconds: float
+    minute_chronons: float
+    rounds: int
+    """Rounds over all feeds the window holds (each round: one GET per feed)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The peer's own configuration, as recorded in the result."""
+
+    @property
+    def minute_seconds(self) -> float:
+        return self.minute_chronons * self.chronon_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRun:
+    """What a peer's driver is given: where to work, what to poll, the run's wall window."""
+
+    workdir: Path
+    urls: tuple[str, ...]
+    plan: PeerPlan
+    start: float
+    end: float
+    log: Path
+    """The peer's own stdout/stderr (kept in --out beside the result)."""
+
+
+class Peer(Protocol):
+    """A real feed reader run as its own process(es) against the farm."""
+
+    name: str
+    fairness: str
+    """Why its configuration is a fair match for the proxy's (printed in docs/peers.md)."""
+
+    def missing(self) -> str | None:
+        """Why it cannot run here (not installed, not driven yet), or ``None``."""
+
+    def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
+        """Its timing for ``gets`` feed GETs over ``feeds`` feeds in ``chronons`` chronons."""
+
+    async def prepare(self, run: PeerRun) -> None:
+        """Configure and subscribe (no fetching); before the window starts."""
+
+    async def run(self, run: PeerRun) -> None:
+        """Poll from ``run.start`` to ``run.end`` by its own scheduler; stop everything it started."""
+
+
+def rounds_for(feeds: int, gets: int) -> int:
+    """Rounds over all ``feeds`` closest to ``gets`` GETs (at least one)."""
+    return max(1, round(gets / max(1, feeds)))
+
+
+async def _sleep_until(when: float) -> None:
+    await asyncio.sleep(max(0.0, when - time.time()))
+
+
+async def _stop(proc: asyncio.subprocess.Process, grace: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL it after ``grace`` seconds."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+class Rss2email:
+    """rss2email 3.13 (Debian): ``r2e run`` from an emulated cron, once a peer minute."""
+
+    name = "rss2email"
+    fairness = (
+        "cron's finest step is a minute, and r2e fetches every feed in config order on each run, so "
+        "its only knob is how many runs the window holds; the peer minute is set so that it makes the "
+        "proxy's number of feed GETs. Its own conditional-request logic (it drops validators after a "
+        "304) is left as it is. Mail goes to a sendmail that discards it.")
+
+    def missing(self) -> str | None:
+        if shutil.which("r2e") is None:
+            return f"r2e not found (Debian package rss2email; run {INSTALL})"
+        return None
+
+    def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
+        rounds = rounds_for(feeds, gets)
+        minute = chronons / rounds
+        # A run must fit well inside its minute, as it does in real time (a second or two of 60):
+        # about 1 s to start plus 20 ms a feed, here, times 4.
+        length = max(chronon_seconds, 4 * (1.0 + 0.02 * feeds) / minute)
+        return PeerPlan(length, minute, rounds, {
+            "cron": "* * * * * r2e run (emulated: one run every peer minute, first at chronon 0)",
+            "feed-timeout": 60, "email-protocol": "sendmail (a script that discards the mail)"})
+
+    async def prepare(self, run: PeerRun) -> None:
+        cfg, db = run.workdir / "r2e.cfg", run.workdir / "r2e.json"
+        sendmail = run.workdir / "sendmail"
+        sendmail.write_text("#!/bin/sh\ncat >/dev/null\n", encoding="utf-8")
+        sendmail.chmod(0o755)
+        with run.log.open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                "r2e", "-c", str(cfg), "-d", str(db), "new", "bench@example.org", stdout=log, stderr=log)
+            if await proc.wait() != 0:
+                raise RuntimeError(f"r2e new failed (log: {run.log})")
+        text = cfg.read_text(encoding="utf-8")
+        text = "\n".join(f"sendmail = {sendmail}" if line.startswith("sendmail =") else line
+                         for line in text.splitlines())
+        # The [feed.NAME] sections `r2e add` writes, at once (r2e add costs 0.5 s a feed).
+        text += "".join(f"\n[feed.f{i}]\nurl = {url}\n" for i, url in enumerate(run.urls))
+        cfg.write_text(text + "\n", encoding="utf-8")
+
+    async def run(self, run: PeerRun) -> None:
+        cfg, db = run.workdir / "r2e.cfg", run.workdir / "r2e.json"
+        procs: list[asyncio.subprocess.Process] = []
+        with run.log.open("ab") as log:
+            try:
+                for j in range(run.plan.rounds):
+                    await _sleep_until(run.start + j * run.plan.minute_seconds)
+                    # cron starts the job whether or not the last one finished.
+                    procs.append(await asyncio.create_subprocess_exec(
+                        "r2e", "-c", str(cfg), "-d", str(db), "run", stdout=log, stderr=log,
+                        start_new_session=True))
+                await _sleep_until(run.end)
+            finally:
+                for p in procs:
+                    await _stop(p)
+
+
+class Reader:
+    """lemon24/reader 3.27: scheduled updates (interval 1 minute) under faketime."""
+
+    name = "reader"
+    fairness = (
+        "reader decides itself which feeds are due (update_after on whole-minute interval boundaries, "
+        "pushed back by Retry-After and Cache-Control); interval 1 minute, no jitter, one worker. "
+        "faketime speeds its clock and sleeps so that its minute lasts the chronons that make its "
+        "number of feed GETs the proxy's. It sends ETag/Last-Modified as it always does.")
+
+    def python(self) -> Path:
+        return peers_dir() / "reader" / "bin" / "python"
+
+    def missing(self) -> str | None:
+        if not self.python().exists():
+            return f"no reader venv at {self.python().parent.parent} (run {INSTALL})"
+        if shutil.which("faketime") is None:
+            return f"faketime not found (Debian package faketime; run {INSTALL})"
+        return None
+
+    def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
+        rounds = rounds_for(feeds, gets)
+        # One update at start, then one per minute boundary: R - 1/2 minutes hold R rounds.
+        minute = chronons / (rounds - 0.5)
+        length = max(chronon_seconds, 4 * (1.0 + 0.02 * feeds) / minute)
+        speed = 60.0 / (minute * length)
+        return PeerPlan(length, minute, rounds, {
+            ".reader.update": {"interval": 1, "jitter": 0}, "workers": 1,
+            "faketime": f"x{speed:.4g} from 30 s past a minute boundary"})
+
+    async def prepare(self, run: PeerRun) -> None:
+        (run.workdir / "reader.sqlite").unlink(missing_ok=True)
+
+    async def run(self, run: PeerRun) -> None:
+        speed = 60.0 / run.plan.minute_seconds
+        # The fake clock starts 30 s into a minute: the first update at start, then R - 1 boundaries.
+        start = dt.datetime.fromtimestamp(60 * math.floor(time.time() / 60) + 30, dt.UTC)
+        driver = Path(__file__).with_name("reader_driver.py")
+        env = {**os.environ, "TZ": "UTC"}
+        await _sleep_until(run.start)
+        with run.log.open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                "faketime", "-f", f"@{start:%Y-%m-%d %H:%M:%S} x{speed:.6f}", str(self.python()),
+                str(driver), str(run.workdir / "reader.sqlite"), "1", *run.urls,
+                stdout=log, stderr=log, env=env, start_new_session=True)
+            try:
+                await _sleep_until(run.end)
+                if proc.returncode is not None:
+                    raise RuntimeError(f"reader exited early with status {proc.returncode} (log: {run.log})")
+            finally:
+                await _stop(proc)
+
+
+class Newsboat:
+    """newsboat 2.21 (Debian): auto-reload every ``reload-time`` real minutes, in a pseudo-terminal."""
+
+    name = "newsboat"
+    fairness = (
+        "newsboat reloads every feed every reload-time minutes (1, its minimum) and at start-up; "
+        "faketime breaks its sleep loop, so its minutes are real and the trace is compressed to fit "
+        "its rounds instead. It sends If-Modified-Since/If-None-Match as it always does.")
+
+    def missing(self) -> str | None:
+        if shutil.which("newsboat") is None:
+            return f"newsboat not found (Debian package newsboat; run {INSTALL})"
+        return None
+
+    def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
+        rounds = rounds_for(feeds, gets)
+        minute = chronons / (rounds - 0.5)
+        return PeerPlan(60.0 / minute, minute, rounds, {
+            "auto-reload": "yes", "reload-time": 1, "refresh-on-startup": "yes", "reload-threads": 1})
+
+    async def prepare(self, run: PeerRun) -> None:
+        (run.workdir / "urls").write_text("".join(f"{u}\n" for u in run.urls), encoding="utf-8")
+        (run.workdir / "config").write_text(
+            "auto-reload yes\nreload-time 1\nrefresh-on-startup yes\nreload-threads 1\n"
+            "show-read-feeds yes\nnotify-program \"\"\n", encoding="utf-8")
+        (run.workdir / "cache.db").unlink(missing_ok=True)
+
+    async def run(self, run: PeerRun) -> None:
+        # A curses program: give it a terminal (80x24) whose output nobody reads but a drain.
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        env = {**os.environ, "TERM": "xterm", "HOME": str(run.workdir)}
+        await _sleep_until(run.start)
+        loop = asyncio.get_running_loop()
+        os.set_blocking(master, False)
+        loop.add_reader(master, lambda: _drain(master))
+        with run.log.open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                "newsboat", "-u", str(run.workdir / "urls"), "-C", str(run.workdir / "config"),
+                "-c", str(run.workdir / "cache.db"), "-l", "3", "-d", str(run.workdir / "newsboat.log"),
+                stdin=slave, stdout=slave, stderr=log, env=env, start_new_session=True)
+            os.close(slave)
+            try:
+                await _sleep_until(run.end)
+                if proc.returncode is not None:
+                    raise RuntimeError(f"newsboat exited early with status {proc.returncode} (log: {run.log})")
+            finally:
+                await _stop(proc)
+                loop.remove_reader(master)
+                os.close(master)
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.read(fd, 65536)
+
+
+class Changedetection:
+    """changedetection.io 0.60.10: per-watch intervals in seconds. Not driven yet."""
+
+    name = "changedetection"
+    fairness = "not run yet"
+
+    def python(self) -> Path:
+        return peers_dir() / "changedetection" / "bin" / "python"
+
+    def missing(self) -> str | None:
+        if not self.python().exists():
+            return f"no changedetection.io venv at {self.python().parent.parent} (run {INSTALL})"
+        return ("installed, but not driven yet: its watches must be created through its API with a key "
+                "from its datastore, and that driver is not written (issue 47)")
+
+    def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
+        raise NotImplementedError
+
+    async def prepare(self, run: PeerRun) -> None:
+        raise NotImplementedError
+
+    async def run(self, run: PeerRun) -> None:
+        raise NotImplementedError
+
+
+def get_peer(name: str) -> Peer:
+    """The peer called ``name`` (one of :data:`PEER_NAMES`)."""
+    peers: dict[str, Peer] = {"reader": Reader(), "changedetection": Changedetection(),
+                              "newsboat": Newsboat(), "rss2email": Rss2email()}
+    try:
+        return peers[name]
+    except KeyError:
+        raise ValueError(f"unknown peer {name!r}; the peers are {', '.join(PEER_NAMES)}") from None
+
+
+__all__ = ["PEER_NAMES", "Peer", "PeerPlan", "PeerRun", "get_peer", "peers_dir", "rounds_for"]
