@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -45,7 +47,13 @@ class Harness:
 
 @pytest.fixture
 async def harness(database_url: str) -> AsyncIterator[Harness]:
-    settings = e2e_settings(database_url, public_url="http://127.0.0.1:1")
+    async with make_harness(database_url) as made:
+        yield made
+
+
+@asynccontextmanager
+async def make_harness(database_url: str, **settings_: Any) -> AsyncIterator[Harness]:
+    settings = e2e_settings(database_url, public_url="http://127.0.0.1:1", **settings_)
     service = ProxyService(settings, run_loop=False, housekeeping=False)
     await service.start()
     try:
@@ -147,3 +155,21 @@ async def test_the_feed_detail_shows_its_subscription(harness: Harness, database
     push = (await harness.client.get(f"/api/v1/feeds/{harness.feed}", headers=headers)).json()["push"]
     assert push == {"hub": HUB, "state": "subscribed", "lease_expires_at": None,
                     "last_notification_at": None}
+
+
+async def test_distributions_are_rate_limited_per_subscription(database_url: str) -> None:
+    """Security (issue 44): a hub gone wild, or a flood on a leaked callback URL, is held to the
+    pings' limits per subscription: 429 with Retry-After (a hub retries later), counted."""
+    async with make_harness(database_url, ping_burst=2, ping_rate_per_minute=0.01) as h:
+        sub = await h.sub("subscribed", requested=False)
+        headers = {"X-Hub-Signature": sign("sha256", "s3cret", BODY)}
+        answers = [await h.client.post(f"/websub/{sub.callback_id}", content=BODY, headers=headers)
+                   for _ in range(3)]
+        assert [r.status_code for r in answers] == [202, 202, 429]
+        assert int(answers[2].headers["Retry-After"]) >= 1
+        assert await h.metric("accepted") == 2
+        assert await h.metric("rate_limited") == 1
+        # Another subscription has a bucket of its own.
+        other = await h.sub("pending", requested=True)
+        r = await h.client.post(f"/websub/{other.callback_id}", content=BODY, headers=headers)
+        assert r.status_code == 202

@@ -9,6 +9,7 @@ protocol to hubs, not the proxy's API to its clients (plain text, not problem de
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
@@ -32,7 +33,10 @@ async def content_distribution(
     x_hub_signature: Annotated[str | None, Header()] = None,
 ) -> Response:
     """§7: a signed copy of the updated topic; heard as an update of the feed when the
-    signature is valid, else answered 2xx and ignored (§8)."""
+    signature is valid, else answered 2xx and ignored (§8); a 429 with ``Retry-After`` over
+    the subscription's rate limit (the hub retries later)."""
     body = await request.body()
     answer = await service.websub_notify(callback_id, body, x_hub_signature)
-    return Response(answer.body, status_code=answer.status, media_type="text/plain")
+    headers = ({"Retry-After": str(max(1, math.ceil(answer.retry_after)))}
+               if answer.retry_after is not None else None)
+    return Response(answer.body, status_code=answer.status, media_type="text/plain", headers=headers)

@@ -84,7 +84,7 @@ _BACKOFF_OUTCOMES = frozenset(
 
 def error_in_words(outcome: str, status: int | None, error: str | None) -> str | None:
     """A probe's failure as a person reads it; ``None`` for a success."""
-    if outcome in ("ok", "not_modified"):
+    if outcome in ("ok", "not_modified", "push"):
         return error  # a warning about a document that was still read, if any
     words = error
     if status is not None and status >= 400:
@@ -165,7 +165,7 @@ class FeedOut(BaseModel):
             "probes": activity.probes,
             "entries": activity.entries,
             "last_status": None if last is None else last.http_status,
-            "last_error": None if last is None or last.outcome in ("ok", "not_modified")
+            "last_error": None if last is None or last.outcome in ("ok", "not_modified", "push")
             else error_in_words(last.outcome, last.http_status, last.error),
             "last_success_at": activity.last_success_at,
             "next_probe_reason": next_probe_reason(self.last_outcome, self.next_allowed_at, now),

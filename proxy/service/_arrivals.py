@@ -12,14 +12,18 @@ On an API replica (issue 21) an arrival is checked and counted here, then forwar
 the leader (:mod:`~proxy.service._replication`), which hears it with
 :meth:`Arrivals.apply_ping`.
 
-What it does not do: fetch the feed, or store entries (a probe of the loop does both).
+What it does not do: fetch the feed (the loop's probes do; a pushed document's entries are
+stored by the loop as a probe's are, :meth:`ChrononLoop.hear_push`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import structlog
 
 from proxy.errors import AuthError, FeedNotFoundError, RateLimitedError
+from proxy.feeds import Entry
 from proxy.service._ratelimit import TokenBuckets
 from proxy.service._replication import forward
 from proxy.service._shared import Shared
@@ -85,11 +89,27 @@ class Arrivals:
         profiles = {str(pid) for pid in await self._s.store.profile_ids_of(users)}
         return await self._s.host.call(self._hear_ping, feed_id, profiles, users)
 
-    async def apply_push(self, feed_id: int, users: list[int]) -> int:
-        """A WebSub content distribution (signature checked by :mod:`~proxy.service._websub`):
-        heard exactly as a ping of every user who registered the feed (issue 44)."""
+    async def apply_push(self, feed_id: int, users: list[int],
+                         document: Sequence[Entry] | None = None) -> int:
+        """A WebSub content distribution (signature checked by :mod:`~proxy.service._websub`),
+        heard for every user who registered the feed (issue 44); returns its new entries.
+
+        Its ``document`` (the pushed body parsed; ``None``: not a feed, a "thin" ping) goes the
+        way of a probe's (:meth:`ChrononLoop.hear_push`): its new entries are new entries, and
+        it captures the feed's open EIs at the current chronon, spending no probe. When it holds
+        new entries, or is no document, it is also an update at its arrival chronon, heard
+        exactly as a ping is."""
         profiles = {str(pid) for pid in await self._s.store.profile_ids_of(users)}
-        return await self._s.host.call(self._hear_ping, feed_id, profiles, users, "push")
+        sh = self._s
+        loop = sh.loop
+        if document is None or loop is None:
+            await sh.host.call(self._hear_ping, feed_id, profiles, users, "push")
+            return 0
+
+        def heard(slot: object) -> int:
+            return self._hear_ping(feed_id, profiles, users, "push")
+
+        return await sh.host.run(loop.hear_push(feed_id, document, heard))
 
     def _hear_ping(self, feed_id: int, profiles: set[str], users: list[int],
                    kind: str = "ping") -> int:

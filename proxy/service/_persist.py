@@ -113,7 +113,7 @@ class ProbeWrite:
     entries: tuple[NewEntry, ...]
     captures: tuple[Captured, ...]
     resolved: tuple[Resolved, ...]
-    feed_update: FeedUpdate
+    feed_update: FeedUpdate | None  # None: a pushed document (issue 44) leaves the feed's health alone
     done: Callable[[ProbeRecord | None], None] | None = None
 
 

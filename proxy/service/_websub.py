@@ -19,9 +19,16 @@ is valid (§8) is an update of the feed heard exactly as a ping is
 registered the feed; any other is answered 2xx, ignored and counted (§8 says so: a
 forger learns nothing).
 
-What it does not do: capture EIs with the pushed document (the loop's probe still fetches
-the feed: docs/websub.md says why), or stop polling a pushed feed (a subscription that is
-not ``subscribed`` changes nothing; one that is only opens CEIs earlier).
+A valid notification's body is parsed with the proxy's parser and settled as a probe's
+document is (:meth:`~proxy.service.loop.ChrononLoop.hear_push`): its new entries are new
+entries, and it captures the feed's open EIs without spending a probe (docs/websub.md says
+why). Content distributions are rate-limited per subscription (the pings' limits; a 429
+with ``Retry-After`` over them, which a hub retries). The feeds a live subscription pushes
+are handed to the loop (``ChrononLoop.pushed``): they get one health probe per lease rather
+than background probes, unless a poll finds entries the hub never sent.
+
+What it does not do: settle a push on an API replica (it is forwarded to the leader as a
+ping; the leader's probe reads the document).
 """
 
 from __future__ import annotations
@@ -37,11 +44,12 @@ import httpx
 import structlog
 
 from proxy.errors import FeedNotFoundError
-from proxy.feeds import FeedUrlRefusedError, SystemResolver
+from proxy.feeds import Entry, FeedUrlRefusedError, SystemResolver
 from proxy.feeds.fetch import check_feed_url
 from proxy.feeds.parse import FeedParseError, parse_document
 from proxy.feeds.websub import signature_valid
 from proxy.service._arrivals import Arrivals
+from proxy.service._ratelimit import TokenBuckets
 from proxy.service._replication import forward
 from proxy.service._shared import Shared, fetcher_settings
 from proxy.service.changes import Change
@@ -80,6 +88,8 @@ class CallbackAnswer:
 
     status: int
     body: str = ""
+    retry_after: float | None = None
+    """Seconds, for a 429 (RFC 9110 §10.2.3): when the hub may deliver again."""
 
 
 def _backoff(failures: int) -> dt.timedelta:
@@ -107,6 +117,11 @@ class WebSub:
         self.reconcile_every = RECONCILE_EVERY
         #: One reconciliation at a time (the task's, and a caller's: tests, operators).
         self._round = asyncio.Lock()
+        # Content distributions per subscription (issue 44, security): the pings' limits. A
+        # valid push costs a parse and a settled document; a hub gone wild (or a flood on a
+        # leaked callback URL) must not take the loop's time from the other feeds.
+        settings = shared.settings
+        self._buckets = TokenBuckets(settings.ping_rate_per_minute / 60.0, settings.ping_burst)
 
     @property
     def enabled(self) -> bool:
@@ -229,11 +244,27 @@ class WebSub:
                     feed_id, hub=hub, topic=topic, callback_id=secrets.token_urlsafe(24),
                     secret=secrets.token_urlsafe(32), now=now)
                 await self._subscribe(sub, now)
+                # Known as subscribed-to from now on: should the feed stop naming its hub before
+                # the next round, it is unsubscribed (links_seen reads _with_sub).
+                current[feed_id] = sub
         self._dropped -= dropped
         self._with_sub = frozenset(current)
+        live = {sub.feed_id: float(sub.lease_seconds) for sub in current.values()
+                if sub.state == "subscribed" and sub.lease_seconds
+                and sub.lease_expires_at is not None and sub.lease_expires_at > now}
+        self._s.host.post(self._hand_pushed, live)
         counts = await store.websub_counts()
         for state, n in counts.items():
             self._s.metrics.websub_subscriptions.labels(state=state).set(n)
+
+    def _hand_pushed(self, live: dict[int, float]) -> None:
+        """On the loop's thread: the feeds live subscriptions push, by resource, with their
+        lease (one health probe per lease; :meth:`ChrononLoop._quiet`)."""
+        loop, rt = self._s.loop, self._s.runtime
+        if loop is None or rt is None:
+            return
+        by_id = rt.feeds.by_id
+        loop.pushed = {by_id[f].resource: lease for f, lease in live.items() if f in by_id}
 
     async def _subscribe(self, sub: WebSubSubscription, now: dt.datetime) -> None:
         state = "subscribed" if sub.state == "subscribed" else "pending"
@@ -349,6 +380,12 @@ class WebSub:
             count.labels(outcome="unknown").inc()
             # §7: 410 Gone tells the hub to stop delivering to a callback we do not know.
             return CallbackAnswer(410, "no such subscription\n")
+        wait = self._buckets.take(sub.id)
+        if wait:
+            count.labels(outcome="rate_limited").inc()
+            log.warning("websub_notification_rate_limited", feed=sub.feed_id, retry_after=wait)
+            # §7 lets a hub retry a delivery that was not acknowledged: it comes back later.
+            return CallbackAnswer(429, "too many notifications for this subscription\n", wait)
         now = s.clock.now()
         outcome = "accepted"
         if len(body) > s.settings.max_body_bytes:
@@ -363,30 +400,32 @@ class WebSub:
             # §8: answer 2xx all the same, so a forger learns nothing.
             log.warning("websub_notification_ignored", feed=sub.feed_id, outcome=outcome)
             return CallbackAnswer(202)
-        new = await self._new_entries(sub.feed_id, body)
         users = await store.feed_registrants(sub.feed_id)
+        new: int | None = None
         if users:
             if s.replica:
+                # The leader hears it as a ping; its probe reads the document (docs/websub.md).
                 await forward(store, Change("ping", sub.feed_id, users=tuple(users)))
             elif s.runtime is not None:
                 try:
-                    await self._arrivals.apply_push(sub.feed_id, users)
+                    document = await self._document(sub.feed_id, body)
+                    new = await self._arrivals.apply_push(sub.feed_id, users, document)
                 except FeedNotFoundError:  # deleted meanwhile: nothing to hear it
                     log.info("websub_notification_for_gone_feed", feed=sub.feed_id)
         log.info("websub_notification", feed=sub.feed_id, new_entries=new, users=len(users))
         return CallbackAnswer(202)
 
-    async def _new_entries(self, feed_id: int, body: bytes) -> int | None:
-        """How many entries of the pushed document the proxy has not stored (logged only: the
-        probe the update leads to stores them). ``None``: not a feed (a fat ping's body)."""
+    async def _document(self, feed_id: int, body: bytes) -> tuple[Entry, ...] | None:
+        """The pushed body's entries, parsed as a probe's document is (the feed's URL as the
+        base, so entries' identities agree with its probes'). ``None``: not a feed (a hub that
+        sends a thin notification), heard as a ping only."""
+        feed = await self._s.store.get_feed(feed_id)
         try:
             parsed = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: parse_document(body, url=""))
+                None, lambda: parse_document(body, url=feed.url))
         except FeedParseError:
             return None
-        ids = [e.identity for e in parsed.entries]
-        known = await self._s.store.known_identities(feed_id, ids) if ids else set()
-        return len(set(ids) - known)
+        return parsed.entries
 
     async def status(self, feed_id: int) -> PushStatus | None:
         """The feed's push subscription for its detail (``None``: none)."""

@@ -42,15 +42,15 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
-from proxy.core.discovery import CaptureExplore
+from proxy.core.discovery import CaptureExplore, revisit_bound
 from proxy.core.policies import Policy
 from proxy.core.rates import CycleShape, pooled_rates
-from proxy.errors import StorageError
+from proxy.errors import FeedNotFoundError, StorageError
 from proxy.feeds import (
     Entry,
     Gone,
@@ -78,6 +78,9 @@ from proxy.service.runtime import Runtime
 from proxy.store import FeedUpdate, NewEntry, ProbeInput, Store
 
 log = structlog.get_logger("proxy.service")
+
+PUSH_OUTCOME = "push"
+"""A pushed document's row among the feed's probes (issue 44): a success that spent no budget."""
 
 LEVEL_EXPONENT = 1.0
 """How much the background frequencies trust each feed's rate (``CaptureExplore``'s
@@ -179,8 +182,19 @@ class ChrononLoop:
     unwatched_every: int = 0
     #: Told ``(feed_id, url, hub, self_url)`` after each 200 (WebSub discovery, issue 44).
     on_push_links: Callable[[int, str, str | None, str | None], None] | None = None
+    #: Feeds a live WebSub subscription pushes (issue 44), by resource: the seconds between two
+    #: health probes (the lease). Replaced whole by the subscriber; read at each tick.
+    pushed: Mapping[int, float] = field(default_factory=dict)
+    #: Pushed feeds whose polls found entries the hub never sent (polled again until it pushes).
+    _silent: set[int] = field(default_factory=set)
+    #: When each feed's last probe started (POSIX seconds): when a pushed feed's health probe is due.
+    _polled_at: dict[int, float] = field(default_factory=dict)
     #: Where the spare budget goes (docs/discovery.md): stride credit and frequencies live here.
     _allocator: CaptureExplore = field(default_factory=background_allocator)
+    #: The revisit bound's factor (``proxy.core.discovery.revisit_bound``; 0: no bound, issue 45).
+    revisit_factor: float = 0.0
+    #: Feed -> the last chronon a rule waited for it: the feeds the revisit bound keeps in turn.
+    _waited: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
@@ -255,8 +269,9 @@ class ChrononLoop:
         budget = min(self.budget, max(0, self.max_inflight - len(self._busy)))
         chosen = rt.engine.select(budget, self.policy, exclude=exclude) if budget else []
         # Known EIs first (the engine's picks), then the proxy's predicted EIs, then the
-        # background: an internal guess never takes a probe a user's CEI needs.
-        taken = exclude | set(chosen)
+        # background: an internal guess never takes a probe a user's CEI needs. A feed that
+        # pushes well needs no probe to find its updates: one health probe per lease.
+        taken = exclude | set(chosen) | self._quiet(now.timestamp())
         predicted = self._predicted(budget - len(chosen), t, taken)
         chosen += predicted
         taken.update(predicted)
@@ -272,6 +287,7 @@ class ChrononLoop:
             slot = rt.feeds.by_resource[r]
             rt.engine.begin_probe(r)
             slot.last_probe = t
+            self._polled_at[r] = now.timestamp()
             self._busy.add(r)
             task = asyncio.create_task(self._probe(slot, t, now), name=f"probe-{slot.id}")
             self._tasks.add(task)
@@ -297,6 +313,16 @@ class ChrononLoop:
         self.last_tick = time.monotonic()
         self.ticks += 1
         return chosen
+
+    def _quiet(self, at: float) -> set[int]:
+        """Pushed feeds (issue 44) that need no probe to find their updates now: not silent, and
+        polled within their lease (each gets one health probe per lease, which shows whether the
+        hub misses pushes)."""
+        if not self.pushed:
+            return set()
+        polled = self._polled_at
+        return {r for r, every in self.pushed.items()
+                if r not in self._silent and at - polled.get(r, -math.inf) < every}
 
     def _predicted(self, spare: int, t: int, exclude: set[int]) -> list[int]:
         """Feeds whose predicted EI (SUP/fbSUP, ``proxy.service.predicted``) is due at ``t``, within ``spare``.
@@ -358,10 +384,13 @@ class ChrononLoop:
         weight: list[float] = []
         shape: list[CycleShape | None] = []
         length = self.clock.length
-        for r, worth in evaluator.update_weights().items():
+        weights = evaluator.update_weights()
+        bound, watched = self._revisit(t, list(weights), window)
+        for r in watched:
             slot = rt.feeds.by_resource.get(r)
             if slot is None or r in exclude:
                 continue
+            worth = weights.get(r, 0.0)
             resources.append(r)
             last.append(slot.last_success)
             n, seconds = slot.evidence
@@ -372,7 +401,26 @@ class ChrononLoop:
         unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last]
         rate = pooled_rates(updates, exposure, POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape,
-                                    groups=evaluator.update_groups)
+                                    groups=evaluator.update_groups, revisit=bound)
+
+    def _revisit(self, t: int, waiting: list[int], window: int) -> tuple[int | None, list[int]]:
+        """The revisit bound at ``t`` (``None``: off) and the feeds it covers, the waited-for ones first.
+
+        With the bound on, a feed a rule waited for within the last bound stays
+        watched at weight 0 while no rule waits for it (a watch rule's feed already
+        in its CEI): only the bound probes it, so its updates are not left for
+        ever, and the feeds of a deleted rule drop out a bound later. Issue 45,
+        docs/discovery.md ("A bound on the tail").
+        """
+        if self.revisit_factor <= 0:
+            return None, waiting
+        waited = self._waited
+        for r in waiting:
+            waited[r] = t
+        bound = revisit_bound(self.budget, len(waited), window, self.revisit_factor)
+        for r in [r for r, at in waited.items() if t - at > bound]:
+            del waited[r]
+        return bound, waiting + [r for r, at in waited.items() if at < t]
 
     def _unwatched(self, spare: int, t: int, exclude: set[int]) -> list[int]:
         """Budget no rule needs, to the registered feeds no rule reads: never probed first, then the stalest.
@@ -403,21 +451,22 @@ class ChrononLoop:
             stale.sort()
         return [r for _, r in stale]
 
-    def _learn(self, slot: FeedSlot, result: ProbeResult, new: tuple[Entry, ...],
+    def _learn(self, slot: FeedSlot, document: Sequence[Entry] | None, new: tuple[Entry, ...],
                started_at: dt.datetime) -> None:
-        """What a successful probe says about when the feed changes (its update model).
+        """What a successful probe (or a pushed document) says about when the feed changes.
 
         The probe's interval since the previous success is censored evidence (new
-        entries or none, dated or not); a 200's document dates every entry it
-        holds. A ping and the probe that confirms it count once (the model's rule).
+        entries or none, dated or not); a document (a 200's, a push's) dates every
+        entry it holds. A ping and the probe that confirms it count once (the model's rule).
         """
         models = self.runtime.models
         r, at = slot.resource, started_at.timestamp()
         if slot.last_success_at is not None and at > slot.last_success_at:
             models.observe_probe(r, slot.last_success_at, at, len(new), [e.published for e in new])
-        if isinstance(result, Ok):
-            models.observe_document(r, at, [e.published for e in result.entries])
-        slot.last_success_at = at
+        if document is not None:
+            models.observe_document(r, at, [e.published for e in document])
+        # A probe that started before a push settled must not move the feed's last success back.
+        slot.last_success_at = at if slot.last_success_at is None else max(at, slot.last_success_at)
         slot.learn_rate(models, at, self.clock)
 
     async def stop(self) -> None:
@@ -471,6 +520,90 @@ class ChrononLoop:
             log.exception("probe_finish_failed", feed=slot.id, chronon=started)
             self._busy.discard(slot.resource)
 
+    def _settle(
+        self, slot: FeedSlot, started: int, started_at: dt.datetime, success: bool,
+        new: tuple[Entry, ...], document: Sequence[Entry] | None,
+    ) -> tuple[list[Step], tuple[CapturedStep, ...], tuple[Resolved, ...], list[Step]]:
+        """A finished probe of ``slot`` (or a pushed document, issue 44) into the evaluator, the
+        models and the engine, with nothing awaited: the steps before the probe's record, its
+        captures and resolutions, and the follow-ups written after it."""
+        rt = self.runtime
+        r = slot.resource
+        # The rules engineer's order: on_probe first, so a trigger CEI gets its query
+        # EIs before the capture could complete it at rank 1.
+        steps = rt.apply(rt.evaluator.on_probe(
+            r, started, success, new, previous_success=slot.last_success, document=document))
+        if success:
+            baseline = slot.last_success is None  # the first success: its entries are the backlog
+            # A probe that started before a push settled does not move the last success back.
+            slot.last_success = started if baseline else max(started, slot.last_success or started)
+            self._learn(slot, document, new, started_at)
+            if self.predicted is not None:  # fbSUP: a probe that found nothing opens the next EI
+                self.predicted.on_probe(r, started, bool(new) and not baseline)
+            if document is not None:
+                slot.seen = frozenset(e.identity for e in document)
+        steps += rt.drain_all()
+        rt.engine.complete_probe(r, started, success=success)
+        direct, follow = rt.drain()
+        captures = tuple(s for s in direct if isinstance(s, CapturedStep))
+        resolved = tuple(s for s in direct if isinstance(s, Resolved))
+        return steps, captures, resolved, follow
+
+    async def hear_push(self, feed_id: int, document: Sequence[Entry],
+                        heard: Callable[[FeedSlot], int]) -> int:
+        """A pushed document of feed ``feed_id`` (WebSub, issue 44; signature checked): a successful
+        probe at the current chronon that spent no budget. On the loop's event loop.
+
+        Its new entries are told exactly as a probe's are (:meth:`_probe`: the writer's unwritten
+        identities, then the database; :meth:`_settle`: the evaluator, the models, the engine),
+        so an entry that arrives by push and then by probe is new once. ``heard(slot)`` runs
+        first, in the same turn, when the document holds new entries: the caller hears the push
+        as an update at its arrival chronon (a ping's path). The document captures the feed's
+        open EIs (``begin_probe``/``complete_probe`` at the current chronon): it is the feed's
+        content at that instant. Returns the new entries' count (:class:`FeedNotFoundError`
+        when the feed is gone).
+        """
+        rt = self.runtime
+        slot = rt.feeds.by_id.get(feed_id)
+        if slot is None:
+            raise FeedNotFoundError(feed_id)
+        known = self.writer.unwritten(feed_id)
+        if document:
+            try:
+                known |= await self.store.known_identities(feed_id, [e.identity for e in document])
+            except StorageError as exc:
+                self.metrics.db_errors.inc()
+                if slot.seen is None:
+                    raise
+                log.warning("known_entries_failed", feed=feed_id, error=str(exc))
+                known |= slot.seen
+        if rt.feeds.by_id.get(feed_id) is not slot:
+            raise FeedNotFoundError(feed_id)  # removed while we read
+        new = _unseen(slot, tuple(e for e in document if e.identity not in known))
+        self._silent.discard(slot.resource)  # the hub pushes: a silent spell is over
+        steps: list[Step] = []
+        if new:
+            heard(slot)
+        r = slot.resource
+        started = rt.engine.now
+        at = self.clock.now()
+        rt.engine.begin_probe(r)
+        settled, captures, resolved, follow = self._settle(slot, started, at, True, new, document)
+        steps += settled
+        steps.append(ProbeWrite(
+            probe=ProbeInput(feed_id=feed_id, started_at=at, outcome=PUSH_OUTCOME,
+                             finished_at=at, chronon=started, http_status=None, error=None),
+            entries=tuple(
+                NewEntry(e.identity, e.title, e.link, e.published, e.summary or e.content)
+                for e in new),
+            captures=captures, resolved=resolved, feed_update=None))
+        steps += follow
+        steps += rt.rule_states()
+        self.writer.submit(steps)
+        log.info("push_settled", feed=feed_id, chronon=started, new_entries=len(new),
+                 captured_eis=len(captures))
+        return len(new)
+
     def _finish(
         self,
         slot: FeedSlot,
@@ -483,30 +616,19 @@ class ChrononLoop:
         rt = self.runtime
         r = slot.resource
         success = isinstance(result, Ok | NotModified) and not known_failed
-        # The rules engineer's order: on_probe first, so a trigger CEI gets its query
-        # EIs before the capture could complete it at rank 1.
-        steps = rt.apply(rt.evaluator.on_probe(
-            r, started, success, new, previous_success=slot.last_success,
-            document=result.entries if isinstance(result, Ok) else None))
-        if success:
-            baseline = slot.last_success is None  # the first success: its entries are the backlog
-            slot.last_success = started
-            self._learn(slot, result, new, started_at)
-            if self.predicted is not None:  # fbSUP: a probe that found nothing opens the next EI
-                self.predicted.on_probe(r, started, bool(new) and not baseline)
-        steps += rt.drain_all()
-        rt.engine.complete_probe(r, started, success=success)
-        direct, follow = rt.drain()
-        captures = tuple(s for s in direct if isinstance(s, CapturedStep))
-        resolved = tuple(s for s in direct if isinstance(s, Resolved))
+        new = _unseen(slot, new)
+        if success and new and r in self.pushed and slot.last_success is not None:
+            # Issue 44: a poll found entries the hub never pushed: it is silent, poll again.
+            self._silent.add(r)
+            log.info("websub_hub_silent", feed=slot.id, new_entries=len(new))
+        steps, captures, resolved, follow = self._settle(
+            slot, started, started_at, success, new, result.entries if isinstance(result, Ok) else None)
         finished = self.clock.now()
         status, error = _status_and_error(result)
         gone = isinstance(result, Gone)
         # A document whose new entries could not be told keeps the old validators: the next
         # probe must fetch it again, not get a 304 for entries never looked at.
         _update_slot(slot, result, validators=not known_failed)
-        if isinstance(result, Ok) and not known_failed:
-            slot.seen = frozenset(e.identity for e in result.entries)
         if isinstance(result, Ok) and self.on_push_links is not None:
             try:
                 self.on_push_links(slot.id, result.state.url, result.hub, result.self_url)
@@ -551,6 +673,13 @@ class ChrononLoop:
             duration=round(result.elapsed, 4), new_entries=len(new), captured_eis=len(captures),
             http_status=status,
         )
+
+
+def _unseen(slot: FeedSlot, new: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """``new`` without the entries of the feed's last settled document (a probe's or a push's):
+    a push and a probe of one feed may both read "not known" before either is settled."""
+    seen = slot.seen
+    return new if not seen else tuple(e for e in new if e.identity not in seen)
 
 
 def _update_slot(slot: FeedSlot, result: ProbeResult, *, validators: bool = True) -> None:

@@ -47,7 +47,7 @@ CEI_STATES = ("pending", "captured", "missed")
 PING_OUTCOMES = ("accepted", "rate_limited")
 # WebSub (issue 44): a subscription's states, and what became of each content distribution.
 WEBSUB_STATES = ("pending", "subscribed", "denied", "expired", "unsubscribing")
-WEBSUB_OUTCOMES = ("accepted", "bad_signature", "unknown", "too_large", "not_subscribed")
+WEBSUB_OUTCOMES = ("accepted", "bad_signature", "unknown", "too_large", "not_subscribed", "rate_limited")
 DELIVERY_OUTCOMES = ("delivered", "retry", "failed", "gone", "target_disabled")
 
 

@@ -42,8 +42,9 @@ __all__ = ["API_KEY_PREFIX_LENGTH", "SUMMARY_MAX_CHARS", "StoreBase", "hash_api_
 
 SUMMARY_MAX_CHARS = 2_000
 API_KEY_PREFIX_LENGTH = 8
-#: Probe outcomes that saw the feed's state: only these capture (a 304 confirms the copy held).
-SUCCESS_PROBE_OUTCOMES = ("ok", "not_modified")
+#: Probe outcomes that saw the feed's state: only these capture (a 304 confirms the copy held;
+#: ``push``: a WebSub hub's copy of the feed, issue 44).
+SUCCESS_PROBE_OUTCOMES = ("ok", "not_modified", "push")
 _IDENTITY_MAX = 1024  # the column's length; longer identities are stored hashed
 _CHUNK = 500  # rows per multi-row INSERT / IN (...) list: below SQLite's variable limit
 

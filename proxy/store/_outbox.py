@@ -50,8 +50,8 @@ from proxy.store._models import (
 )
 from proxy.store._types import CeiStateChange, MatchedRecord, NotifyTarget, RuleInput, TargetInput
 
-#: Probe outcomes that saw the feed (proxy.feeds' Ok and NotModified).
-_SUCCESS = ("ok", "not_modified")
+#: Probe outcomes that saw the feed (proxy.feeds' Ok and NotModified, and a pushed document).
+_SUCCESS = ("ok", "not_modified", "push")
 
 
 def url_hash(url: str) -> str:

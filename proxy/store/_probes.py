@@ -28,6 +28,7 @@ from proxy.errors import (
 )
 from proxy.store._base import (
     _ENTRY_COLUMNS,
+    SUCCESS_PROBE_OUTCOMES,
     SUMMARY_MAX_CHARS,
     _among,
     _check_state,
@@ -462,7 +463,7 @@ class ProbesAndMetrics(ProfilesAndCeis):
         """
         if recent < 0:
             raise ValidationError("recent must be ≥ 0")
-        successes = ("ok", "not_modified")
+        successes = SUCCESS_PROBE_OUTCOMES
         async with self._tx() as conn:
             rows = (await conn.execute(
                 select(ProbeRow).where(ProbeRow.feed_id == feed_id)

@@ -17,7 +17,7 @@ _OUTCOME_WORDS = {
     "gone": "the server says the feed is gone for good (410)",
 }
 
-HEALTHY = ("ok", "not_modified", "redirected")
+HEALTHY = ("ok", "not_modified", "redirected", "push")
 
 
 def explain(feed: Feed, last: Probe | None, now: dt.datetime) -> str:
