@@ -336,3 +336,29 @@ def test_a_tiny_live_run_of_alerts_through_the_cli(tmp_path: Path) -> None:
         assert spec.get("query") is None and "watch" not in spec, spec  # an alert: no query
         assert spec["trigger"]["on"] == "update" and "when" not in spec["trigger"], spec
     assert ranks == {1}
+
+
+@pytest.mark.slow
+def test_a_pull_only_run_with_a_revisit_bound_reports_the_tail_and_the_clairvoyant(tmp_path: Path) -> None:
+    """``--revisit-factor`` reaches the service (issue 45); a third line gives p50/p90/p99 of the proxy,
+    both readers and the clairvoyant, after the two contract lines, which keep their shape."""
+    import re
+
+    res = CliRunner().invoke(app, [
+        "bench", "live", "--feeds", "8", "--profiles", "5", "--chronons", "40", "--lam", "5",
+        "--rank", "2", "--window", "5", "--budget", "1", "--chronon-seconds", "0.2", "--ping-drop-rate", "1.0",
+        "--service", "inline", "--reader-orders", "2", "--revisit-factor", "1.5", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    tag = "poisson-mrsf-p-C1-revisit1.5-drop100"
+    number = r"\d+\.\d%"
+    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
+                     rf"round-robin {number}  adaptive {number}$", res.output, re.M), res.output
+    two = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
+    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {two}  "
+                     rf"round-robin {two}  adaptive {two}$", res.output, re.M), res.output
+    three = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)/(?:\d+\.\d|-)"
+    assert re.search(rf"^{tag}: detection delay p50/p90/p99 \(chronons\): live {three}  "
+                     rf"round-robin {three}  adaptive {three}  clairvoyant {three}$", res.output, re.M), res.output
+    result = json.loads((tmp_path / f"{tag}.json").read_text())
+    assert result["config"]["revisit_factor"] == 1.5
+    assert set(result["sim"]["detection_delay_chronons"]) >= {"p50", "p90", "p99"}

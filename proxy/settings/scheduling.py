@@ -40,6 +40,16 @@ class SchedulingSettings(SettingsGroup):
             "background allocation alone (measured better: docs/discovery.md)."
         ),
     )
+    discovery_revisit_factor: float = Field(
+        default=3.0, ge=0, le=100,
+        description=(
+            "The longest a watched feed that never pings may go unprobed, as a multiple of a plain "
+            "round-robin's cycle over the watched feeds (feeds / budget chronons), never below the "
+            "rules' window + 1 (issue 45): unfunded feeds still come in turn, at the cost of a share "
+            "of the budget of at most 1 / this. 1: round-robin itself; 0: no bound "
+            "(docs/discovery.md, \"A bound on the tail\")."
+        ),
+    )
     unwatched_probe_interval_seconds: float = Field(
         default=HOUR, ge=0, le=WEEK,
         description=(
@@ -49,6 +59,13 @@ class SchedulingSettings(SettingsGroup):
             "made later starts from a learnt model. 0: never."
         ),
     )
+
+    @field_validator("discovery_revisit_factor")
+    @classmethod
+    def _revisit_factor(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError(f"the revisit factor must be 0 (no bound) or at least 1, got {value}")
+        return value
 
     @field_validator("policy")
     @classmethod
