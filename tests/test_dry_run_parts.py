@@ -57,8 +57,11 @@ ENTRIES = (_entry("Oil jumps", "news"), _entry("Opinion: oil", "column"),
     ({"trigger": {"feed": 1, "on": "update", "when": {"regex": "(?m)^Energy$", "fields": ["categories"]}}},
      [None, None, "regex:categories:(?m)^Energy$", None]),
     ({"trigger": {"feed": 1, "on": "update", "when": {"exclude": ["oil"]}}}, [None, None, None, "any"]),
-    # A watch rule fires at each update, whatever it holds.
+    # A watch rule fires at each update, whatever it holds...
     ({"watch": {"feeds": [1, 2], "within": "5m"}}, ["any", "any", "any", "any"]),
+    # ... unless its 'when' says which entries make an update count (issue 43).
+    ({"watch": {"feeds": [1, 2], "within": "5m", "when": {"contains": ["oil"], "exclude": ["opinion"]}}},
+     ["contains:title:oil", None, "contains:summary:oil", None]),
 ])
 def test_judge_says_which_entries_match_and_what_matched(rule: dict[str, Any], expected: list[str | None]) -> None:
     spec = RuleSpec.model_validate({"name": "r", **rule})
