@@ -1,0 +1,92 @@
+"""``proxy bench peers`` (issue 47): each installed real reader polls the farm, and the one scorer scores it.
+
+Each peer runs a few seconds against a farm playing a tiny workload: its requests
+must be in the farm's request log (with its own User-Agent), count as feed GETs
+and be scored from the saved log exactly as during the run.  A peer is skipped
+only when ``benchmarks/peers/install.sh`` has not been run (the reason says so).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from proxy.bench.live import LiveConfig, poisson_workload, reader_view
+from proxy.bench.metrics import ProbeRec, Pub, cei_outcome
+from proxy.bench.peers._peers import PEER_NAMES, PeerPlan, get_peer, rounds_for
+from proxy.bench.peers._run import _score_run, gets_note, run_peer
+from proxy.bench.peers._score import RunClock, line, score
+from proxy.core.model import CEI, EI
+from proxy.farm import RequestKind, RequestRecord, load_publications, load_requests
+
+AGENTS = {"rss2email": "feedparser", "reader": "python-reader", "newsboat": "newsboat"}
+"""What each peer's requests say they are (rss2email fetches through feedparser's default agent)."""
+
+
+def _get(t_ms: int, feed: str, *, inm: str | None = None, status: int = 200, kind: RequestKind = RequestKind.FEED,
+         size: int = 100) -> RequestRecord:
+    return RequestRecord(t_ms, "GET", f"/feeds/{feed}.xml", kind, feed, status, inm, None, size, "t")
+
+
+def test_the_scorer_reads_feed_gets_only_and_matches_cei_outcome() -> None:
+    clock = RunClock(anchor=100.0, chronon_seconds=0.5, chronons=10)
+    ceis = [CEI("a", "p", (EI(0, 2, 5, 2), EI(1, 2, 5, 2))), CEI("b", "p", (EI(0, 7, 9, 7),))]
+    pubs = [Pub(0, 1.9), Pub(1, 1.9), Pub(0, 6.9)]
+    published = {(0, 2): 1.9, (1, 2): 1.9, (0, 7): 6.9}
+    records = [
+        _get(100_000 + 1500, "0"),  # chronon 3
+        _get(100_000 + 2000, "1", inm='"x"', status=304),  # chronon 4: a 304 is a successful probe
+        _get(100_000 + 2100, "0", kind=RequestKind.HEAD),  # HEAD: never a feed GET
+        _get(100_000 + 2200, "0", kind=RequestKind.FAVICON, size=50),
+        _get(100_000 + 4000, "0", status=500),  # chronon 8, failed: captures nothing
+        _get(100_000 + 9000, "0"),  # after the run
+    ]
+    f = score(records, clock, ceis, pubs, published, frozenset({0, 1}), feed_window=20)
+    probes = [ProbeRec(0, 3, 3.0), ProbeRec(1, 4, 4.0), ProbeRec(0, 8, 8.0, ok=False)]
+    assert f.captured == cei_outcome(ceis, probes, published).captured == 1
+    assert (f.feed_gets, f.not_modified, f.failed, f.other_requests) == (3, 1, 1, 2)
+    assert f.conditional_share == pytest.approx(1 / 3)
+    assert f.bytes == 100 + 100 + 100 + 50 + 100
+    assert line("peer x", f).startswith("peer x: completeness 50.0%  feed GETs 3  conditional 33%  bytes ")
+    assert (f.delay_p50, f.delay_p90) == pytest.approx((1.1, 2.1))  # the failed GET saw nothing
+    assert "delay p50/p90 1/2" in line("proxy", f)
+
+
+@pytest.mark.parametrize(("feeds", "gets", "rounds"), [(37, 300, 8), (10, 3, 1), (63, 600, 10)])
+def test_rounds_match_the_proxys_gets(feeds: int, gets: int, rounds: int) -> None:
+    assert rounds_for(feeds, gets) == rounds
+
+
+def test_changedetection_says_why_it_is_not_run() -> None:
+    why = get_peer("changedetection").missing()
+    assert why is not None and ("not driven yet" in why or "install.sh" in why)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [p for p in PEER_NAMES if p != "changedetection"])
+async def test_each_installed_peer_polls_the_farm_and_is_scored(name: str, tmp_path: Path) -> None:
+    peer = get_peer(name)
+    why = peer.missing()
+    if why is not None:
+        pytest.skip(f"{name}: {why}")
+    bw = poisson_workload(resources=4, profiles=3, chronons=20, lam=4, rank=2, window=5, seed=2)
+    cfg = LiveConfig(chronon_seconds=0.25)
+    feeds = len(reader_view(bw).feeds)
+    # Two rounds in 5 s: a 2.5 s minute (newsboat's real minute is longer: its start-up round only).
+    plan = PeerPlan(chronon_seconds=0.25, minute_chronons=10, rounds=2)
+    res = await run_peer(bw, cfg, peer, plan, tmp_path, "t")
+    gets = [r for r in res.requests if r.kind is RequestKind.FEED]
+    assert gets, f"{name} made no feed GET (its log: {tmp_path / f't-peer-{name}.log'})"
+    assert all(AGENTS[name] in (r.user_agent or "").lower() for r in gets)
+    assert {r.feed for r in gets} == {str(f) for f in reader_view(bw).feeds}  # the rules' feeds only
+    assert load_requests(tmp_path / f"t-peer-{name}-requests.jsonl") == list(res.requests)
+    f = res.figures
+    assert f.feed_gets >= feeds and f.ceis == len(bw.workload.ceis) and 0 <= f.completeness <= 1
+    assert math.isnan(f.delay_p50) or f.delay_p50 >= 0
+    # The saved logs score to the same figures: the result can be re-scored without the peer.
+    again = _score_run(bw, cfg, res.clock, load_publications(tmp_path / f"t-peer-{name}-pubs.jsonl"),
+                       load_requests(tmp_path / f"t-peer-{name}-requests.jsonl"))
+    assert again == f
+    assert isinstance(gets_note(res, res, feeds), str)
