@@ -157,7 +157,7 @@ def write_result(out: Path, tag: str, command: str, bw: BenchWorkload,
 
 async def main(bw: BenchWorkload, cfg: LiveConfig, peers: Sequence[Peer], out: Path, tag: str,
                command: str, echo: Callable[[str], None],
-               on_chronon: Callable[[int], None] | None = None) -> Path:
+               on_chronon: Callable[[int], None] | None = None, replicas: bool = True) -> Path:
     """The proxy, then each peer; prints a line per poller as it finishes.
 
     SIGTERM cancels it like Ctrl-C does, so that no peer (each in a session of its
@@ -171,6 +171,12 @@ async def main(bw: BenchWorkload, cfg: LiveConfig, peers: Sequence[Peer], out: P
     echo(line("proxy", proxy.figures))
     results = [proxy]
     skipped: dict[str, str] = {}
+    if replicas:
+        from proxy.bench.peers.miniflux import replica_results
+
+        for rep in replica_results(bw, cfg.phase, cfg.feed_window, proxy.figures.feed_gets):
+            results.append(rep)
+            echo(line(rep.name, rep.figures, rep.note))
     feeds = len(reader_view(bw).feeds)
     for peer in peers:
         why = peer.missing()

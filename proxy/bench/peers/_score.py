@@ -99,11 +99,15 @@ def score(
         feed_gets=len(gets), conditional_share=conditional / len(gets) if gets else 0.0,
         not_modified=sum(1 for r in gets if r.status == 304),
         failed=sum(1 for r in gets if r.status not in (200, 304)),
-        bytes=sum(max(0, r.bytes) for r in run), other_requests=len(run) - len(gets),
+        # -1 when no request's size is known (a replica's): shown as "-", not as 0 bytes.
+        bytes=sum(max(0, r.bytes) for r in run) if not run or any(r.bytes >= 0 for r in run) else -1,
+        other_requests=len(run) - len(gets),
         delay_p50=q["p50"], delay_p90=q["p90"], entry_completeness=seen.completeness)
 
 
 def _size(n: int) -> str:
+    if n < 0:
+        return "-"
     if n >= 100_000:
         return f"{n / 1e6:.1f}MB"
     if n >= 100:
