@@ -362,3 +362,34 @@ def test_a_pull_only_run_with_a_revisit_bound_reports_the_tail_and_the_clairvoya
     result = json.loads((tmp_path / f"{tag}.json").read_text())
     assert result["config"]["revisit_factor"] == 1.5
     assert set(result["sim"]["detection_delay_chronons"]) >= {"p50", "p90", "p99"}
+
+
+@pytest.mark.slow
+def test_a_tiny_run_with_a_push_share_counts_pushes_apart_from_probes(tmp_path: Path) -> None:
+    """``--push-share`` (issue 44): half the feeds push through a real flask-websub hub, the
+    service subscribes; pushed documents are observations, not probes (budget and probe
+    counts leave them out), and a fourth line says what push did."""
+    import re
+    import sqlite3
+
+    res = CliRunner().invoke(app, [
+        "bench", "live", "--feeds", "8", "--profiles", "5", "--chronons", "40", "--lam", "5",
+        "--rank", "2", "--window", "5", "--budget", "2", "--chronon-seconds", "0.2",
+        "--service", "inline", "--reader-orders", "2", "--ping-drop-rate", "1", "--push-share", "0.5",
+        "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    tag = "poisson-mrsf-p-C2-drop100-push50"
+    assert re.search(rf"^{tag}: push: \d+/\d+ feeds subscribed, \d+ pushes; ", res.output, re.M), res.output
+    result = json.loads((tmp_path / f"{tag}.json").read_text())
+    live, push = result["live"], result["live"]["push"]
+    assert push["share"] == 0.5 and push["pushed_feeds"]
+    assert push["subscribed_feeds"] >= 1
+    assert push["probes_on_pushed_feeds"] + push["probes_on_polled_feeds"] == live["probes"]
+    assert live["budget_max"] <= 2  # a push spends no budget
+    with sqlite3.connect(tmp_path / f"{tag}.sqlite3") as db:
+        rows = db.execute("SELECT COUNT(*) FROM probes WHERE outcome = 'push'").fetchone()[0]
+        feeds = {url.rsplit("/", 1)[1].split(".")[0]
+                 for (url,) in db.execute(
+                     "SELECT f.url FROM probes p JOIN feeds f ON f.id = p.feed_id WHERE p.outcome = 'push'")}
+    assert push["pushes"] <= rows  # rows outside the run's chronons are not counted
+    assert feeds <= {str(r) for r in push["pushed_feeds"]}  # only the pushing feeds pushed

@@ -148,6 +148,9 @@ def live(
     rule_kind: Annotated[str, typer.Option(
         help="The rule posted per profile: watch (AuctionWatch), alert (a single-feed alert on "
              "update, slack = the window; needs --rank 1); trigger and mixed: not yet.")] = "watch",
+    push_share: Annotated[float, typer.Option(
+        help="Share of the feeds that push through a real WebSub hub (flask-websub, in this process; "
+             "the service subscribes). 0: no hub (issue 44).")] = 0.0,
     revisit_factor: Annotated[float | None, typer.Option(
         help="The service's PROXY_DISCOVERY_REVISIT_FACTOR: no watched feed waits longer than this many "
              "round-robin cycles (feeds / budget) for a probe; 0: no bound (default: the service's).")] = None,
@@ -205,11 +208,12 @@ def live(
         past = "-history" if bw.history else ""
         kind = "" if rule_kind == "watch" else f"-{rule_kind}"  # watch runs keep their names
         bound = "" if revisit_factor is None else f"-revisit{revisit_factor:g}"
-        tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{past}"
+        push = f"-push{round(100 * push_share)}" if push_share else ""
+        tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{push}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                          service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
-                         rule_kind=rule_kind, revisit_factor=revisit_factor)
+                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)
@@ -256,8 +260,25 @@ def live(
                 ("round-robin", r["readers"]["round-robin"]["detection_delay_chronons"]),
                 ("adaptive", r["readers"]["adaptive"]["detection_delay_chronons"]),
                 ("clairvoyant", r["sim"]["detection_delay_chronons"]))))
+        if push_share:
+            typer.echo(f"{tag}: " + _push_line(r["live"]["push"]))
     if doc is not None:
         _report(out, doc)
+
+
+def _push_line(push: dict[str, Any]) -> str:
+    """The ``--push-share`` figures on one line: pushed and polled EIs, probes, delays."""
+    def share(part: dict[str, Any]) -> str:
+        c = part["completeness"]
+        return "-" if c is None else f"{100 * c:.1f}% of {part['eis']}"
+
+    return (f"push: {push['subscribed_feeds']}/{len(push['pushed_feeds'])} feeds subscribed, "
+            f"{push['pushes']} pushes; EIs pushed {share(push['pushed_eis'])}, "
+            f"polled {share(push['polled_eis'])}; probes on pushed feeds {push['probes_on_pushed_feeds']} "
+            f"(health {push['health_probes']}, at most {push['health_probes_max_per_feed']} a feed), "
+            f"on polled {push['probes_on_polled_feeds']}; delay p50/p90 pushed "
+            f"{_delays(push['detection_delay_pushed_chronons'])} polled "
+            f"{_delays(push['detection_delay_polled_chronons'])}")
 
 
 def _delays(q: dict[str, float], keys: tuple[str, ...] = ("p50", "p90")) -> str:

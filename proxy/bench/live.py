@@ -143,6 +143,10 @@ class LiveConfig:
     """What each profile's rule is: ``watch`` (AuctionWatch) or ``alert`` (:func:`rule_body`)."""
     revisit_factor: float | None = None
     """The service's ``discovery_revisit_factor`` (issue 45's revisit bound); ``None``: its default."""
+    push_share: float = 0.0
+    """Share of the feeds that push through a real WebSub hub (issue 44; :mod:`proxy.bench.hub`):
+    they advertise it and publish to it ``ping_lag`` chronons after each publication, and the
+    service (``PROXY_PUBLIC_URL`` set) subscribes. 0: no hub, WebSub off."""
 
 
 # ---------------------------------------------------------------------- workloads
@@ -387,6 +391,12 @@ class LiveRecords:
     """Most feeds at once in flight or waiting for their probe to be written."""
     max_backlog: int = 0
     """Longest queue of the service's persistence writer."""
+    pushes: tuple[ProbeRec, ...] = ()
+    """The pushed documents the service settled (issue 44): observations no probe paid for."""
+    pushed: tuple[int, ...] = ()
+    """The workload resources whose farm feed pushes through the hub (``push_share``)."""
+    subscribed_at: dict[int, float] = field(default_factory=dict)
+    """Pushed resource → when its subscription was verified, in workload chronons."""
 
 
 
@@ -577,6 +587,15 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
     }
     if cfg.revisit_factor is not None:
         values["discovery_revisit_factor"] = cfg.revisit_factor
+    if not 0.0 <= cfg.push_share <= 1.0:
+        raise BenchError(f"--push-share must be in [0, 1], got {cfg.push_share}")
+    hubs = contextlib.ExitStack()
+    hub_url: str | None = None
+    if cfg.push_share > 0:
+        from proxy.bench.hub import serve_hub
+
+        hub_url = hubs.enter_context(serve_hub(out))
+        values["public_url"] = f"http://127.0.0.1:{values['port']}"  # the hub calls it back
     settings = load_settings(**values)
     env = {env_name(key): str(v).lower() if isinstance(v, bool) else str(v) for key, v in values.items()}
     # Farm trace time 0 is one chronon before workload chronon 0, so no event is due at once.
@@ -600,7 +619,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                             schedule=schedule, log_path=log_path, request_log=requests_path,
                             ping_drop_rate=cfg.ping_drop_rate,
                             ping_delay=cfg.ping_delay + cfg.ping_lag * length,
-                            ping_seed=cfg.seed) as farm:
+                            ping_seed=cfg.seed, hub=hub_url, push_share=cfg.push_share or 1.0,
+                            push_seed=cfg.seed, hub_delay=cfg.ping_lag * length) as farm:
             try:
                 key = await runner.start()
                 base = runner.base
@@ -670,13 +690,15 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                     pings: dict[str, int] = {}
                     for ping in farm.pings:
                         pings[ping.outcome] = pings.get(ping.outcome, 0) + 1
+                    pushed = tuple(int(f) for f in farm.push_feeds)
             finally:
                 await runner.stop()
     finally:
+        hubs.close()
         structlog.configure(**saved_log)
     rec = await _read_back(db_url, log_path, feed_ids, rule_of, c0, anchor, length, k, pings, setup_s)
     return replace(rec, max_busy=max((b for b, _ in busy), default=0),
-                   max_backlog=max((q for _, q in busy), default=0))
+                   max_backlog=max((q for _, q in busy), default=0), pushed=pushed)
 
 
 def _as_dt(value: Any) -> dt.datetime:
@@ -709,13 +731,21 @@ async def _read_back(
     engine = make_engine(db_url)
     try:
         async with engine.connect() as conn:
-            probes = [
-                ProbeRec(res[int(f)], int(c) - c0, ch(_as_dt(s).timestamp()),
-                         o in ("ok", "not_modified"))
-                for f, c, s, o in await conn.execute(text(
-                    "SELECT feed_id, chronon, started_at, outcome FROM probes WHERE chronon IS NOT NULL"))
-                if int(f) in res and 0 <= int(c) - c0 < k
-            ]
+            probes: list[ProbeRec] = []
+            pushes: list[ProbeRec] = []
+            for f, c, s, o in await conn.execute(text(
+                    "SELECT feed_id, chronon, started_at, outcome FROM probes WHERE chronon IS NOT NULL")):
+                if int(f) in res and 0 <= int(c) - c0 < k:
+                    # A pushed document's row (issue 44) observed the feed but spent no budget.
+                    (pushes if o == "push" else probes).append(ProbeRec(
+                        res[int(f)], int(c) - c0, ch(_as_dt(s).timestamp()), o in ("ok", "not_modified", "push")))
+            subscribed = {
+                res[int(f)]: ch(_as_dt(e).timestamp() - float(n))
+                for f, e, n in await conn.execute(text(
+                    "SELECT feed_id, lease_expires_at, lease_seconds FROM websub_subscriptions "
+                    "WHERE lease_expires_at IS NOT NULL AND lease_seconds IS NOT NULL"))
+                if int(f) in res
+            }
             stored = frozenset(str(i) for (i,) in await conn.execute(text("SELECT identity FROM entries")))
             states: dict[str, int] = {}
             for state, count in await conn.execute(text("SELECT state, COUNT(*) FROM ceis GROUP BY state")):
@@ -735,7 +765,8 @@ async def _read_back(
         await engine.dispose()
     rules = tuple(sorted(rule_of, key=rule_of.__getitem__))
     return LiveRecords(tuple(pubs), tuple(entry_ids), tuple(probes), stored, states, eis, rules,
-                       tuple(resource_of[f] for f in feed_ids), pings, float(jitter or 0.0), setup_s)
+                       tuple(resource_of[f] for f in feed_ids), pings, float(jitter or 0.0), setup_s,
+                       pushes=tuple(pushes), subscribed_at=subscribed)
 
 
 async def records_from_run(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
@@ -781,7 +812,8 @@ async def records_from_run(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: s
     rec = await _read_back(db_url, log_path, feed_ids, rule_of, c0, anchor, length, bw.workload.chronons,
                            dict(live["pings"]), float(live["setup_s"]))
     return replace(rec, max_busy=int(live.get("max_busy", 0)),
-                   max_backlog=int(live.get("max_writer_backlog", 0)))
+                   max_backlog=int(live.get("max_writer_backlog", 0)),
+                   pushed=tuple(live.get("push", {}).get("pushed_feeds", ())))
 
 
 # ---------------------------------------------------------------------- the whole benchmark
@@ -812,8 +844,11 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     wl = replace(bw.workload, budget=type(bw.workload.budget)(cfg.budget))
     k = wl.chronons
     published = _published_map(rec.pubs, cfg.phase)
-    live = cei_outcome(wl.ceis, rec.probes, published)
-    entries = entry_outcome(rec.pubs, rec.probes, cfg.feed_window)
+    # Every observation of a feed: the probes, and the pushed documents (issue 44), which spent
+    # no budget (``used`` counts probes only).
+    observed = rec.probes + rec.pushes
+    live = cei_outcome(wl.ceis, observed, published)
+    entries = entry_outcome(rec.pubs, observed, cfg.feed_window)
     used = budget_per_chronon(rec.probes, k)
     probes = sum(used)
     sim = simulate(wl, cfg.policy)
@@ -838,7 +873,7 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     # Update-detection delay (publication to the first probe that saw it) on the watched
     # feeds, the proxy's and each reader's at equal probes; entries pushed out unseen count
     # in no delay (entry completeness says how many).
-    live_watched = entry_outcome([pub for pub in rec.pubs if pub.resource in remap], rec.probes,
+    live_watched = entry_outcome([pub for pub in rec.pubs if pub.resource in remap], observed,
                                  cfg.feed_window)
     reader_pubs = [Pub(remap[pub.resource], pub.time) for pub in sim_pubs if pub.resource in remap]
     readers: dict[str, Any] = {}
@@ -895,6 +930,7 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
             "setup_s": rec.setup_s,
             "max_busy": rec.max_busy,
             "max_writer_backlog": rec.max_backlog,
+            **({"push": push_figures(wl.ceis, rec, published, cfg)} if cfg.push_share else {}),
         },
         "sim": {"cei_completeness": sim.completeness, "probes": sim.probes,
                 "entry_completeness": entry_outcome(sim_pubs, sim_probes, cfg.feed_window).completeness,
@@ -908,6 +944,51 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
         "sim_lag_generator_ids": {"cei_completeness": gen_ids_outcome.completeness},
         "readers": readers,
         "curves": {"live": _thin(curve_live), "sim": _thin(curve_sim), "sim_lag": _thin(curve_lag)},
+    }
+
+
+def push_figures(ceis: Sequence[CEI], rec: LiveRecords, published: dict[tuple[int, int], float],
+                 cfg: LiveConfig) -> dict[str, Any]:
+    """What push did in a ``--push-share`` run (issue 44), pushed feeds beside polled ones.
+
+    A pushed feed counts as pushed from its subscription's verification on (``subscribed_at``;
+    before it, and if it never got one, it is polled like the others): its EIs starting then
+    or later, its publications then or later, and its probes after it, the health probes
+    (target: at most one per lease). Each EI is scored alone (a one-EI CEI), by the same
+    ground truth as the run's CEIs: an observation in its window after the publication.
+    """
+    seen = rec.probes + rec.pushes
+    since = {r: rec.subscribed_at[r] for r in rec.pushed if r in rec.subscribed_at}
+
+    def is_pushed(r: int, at: float) -> bool:
+        return r in since and at >= since[r]
+
+    def eis(pushed: bool) -> dict[str, Any]:
+        singles = [CEI(f"{c.id}#{i}", c.profile, (e,)) for c in ceis for i, e in enumerate(c.eis)
+                   if is_pushed(e.resource, e.start) == pushed]
+        out = cei_outcome(singles, seen, published)
+        return {"eis": out.total, "captured": out.captured,
+                "completeness": out.completeness if out.total else None}
+
+    def delays(pushed: bool) -> dict[str, float]:
+        pubs = [p for p in rec.pubs if is_pushed(p.resource, p.time) == pushed]
+        return quantiles(entry_outcome(pubs, seen, cfg.feed_window).delays)
+
+    after = [p for p in rec.probes if is_pushed(p.resource, p.time)]
+    per_feed = [sum(1 for p in after if p.resource == r) for r in since]
+    return {
+        "share": cfg.push_share,
+        "pushed_feeds": list(rec.pushed),
+        "subscribed_feeds": len(since),
+        "pushes": len(rec.pushes),
+        "pushed_eis": eis(True),
+        "polled_eis": eis(False),
+        "probes_on_pushed_feeds": sum(1 for p in rec.probes if p.resource in set(rec.pushed)),
+        "probes_on_polled_feeds": sum(1 for p in rec.probes if p.resource not in set(rec.pushed)),
+        "health_probes": len(after),
+        "health_probes_max_per_feed": max(per_feed, default=0),
+        "detection_delay_pushed_chronons": delays(True),
+        "detection_delay_polled_chronons": delays(False),
     }
 
 
@@ -952,6 +1033,7 @@ __all__ = [
     "lagged",
     "live_equivalent",
     "poisson_workload",
+    "push_figures",
     "reader_view",
     "records_from_run",
     "rule_body",

@@ -26,8 +26,8 @@ As a WebSub publisher (``hub=``, W3C WebSub §4, §6), a ``push_share`` of the f
 (drawn with ``push_seed``) advertise the hub and their own URL, in the document and
 in a ``Link`` header, and each publication of theirs POSTs
 ``hub.mode=publish&hub.url=<topic>`` (also as ``hub.topic``, which some hubs read) to
-the hub. The publish request is not in the Recommendation (§6 leaves it to the hub);
-this is the PubSubHubbub 0.3 form most hubs accept.
+the hub (``hub_delay`` seconds after the publication). The publish request is not in the
+Recommendation (§6 leaves it to the hub); this is the PubSubHubbub 0.3 form most hubs accept.
 
 The farm deliberately does not: model network latency, serve TLS, honour
 ``q=0`` in Accept-Encoding, or persist feed state across restarts.
@@ -152,6 +152,7 @@ class FeedFarm:
         hub: str | None = None,
         push_share: float = 1.0,
         push_seed: int | None = None,
+        hub_delay: float = 0.0,
         host: str = "127.0.0.1",
         also_hosts: Sequence[str] = (),
         port: int = 0,
@@ -212,7 +213,9 @@ class FeedFarm:
         draw = random.Random(push_seed)
         self._push_feeds = frozenset(
             f for f in ids if hub is not None and draw.random() < push_share)
-        self._hub_pinger = Pinger(self._resolve_publish)
+        # ``hub_delay``: seconds each publish request waits, as pings do (the live bench lands
+        # both just after the service's tick of the update's chronon).
+        self._hub_pinger = Pinger(self._resolve_publish, delay=hub_delay)
         self.publications: list[Publication] = []
         self._pumping = False
         self._base_url: str | None = None
