@@ -44,24 +44,49 @@ condition holds):
 Not done here: fetching, parsing and deciding which entries are new (the feed
 layer), checking that feed ids exist (``resolve_feed`` is the caller's), and
 telling users (the service's outbox).
+
+The evaluator holds the events and the bookkeeping that ties them together; the parts
+of one purpose live beside it (issue 46): :mod:`proxy.rules._compiled` (a rule spec
+compiled to resources and chronons), :mod:`proxy.rules._state` (a rule's runtime state,
+its JSON and :func:`rule_progress`), :mod:`proxy.rules._schedule` (when a temporal rule
+is due), :mod:`proxy.rules._telling` (entries matched once per probe, what a firing
+tells) and :mod:`proxy.rules._waiting` (which feeds rules wait on, and their weights).
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from proxy.core.discovery import waiting_share
-from proxy.errors import ValidationError
-from proxy.rules.durations import parse_duration, to_chronons
-from proxy.rules.matching import Condition, KeywordIndex, Match
+from proxy.rules._compiled import (
+    ALERT_SLACK,
+    CompiledRule,
+    TriggerRule,
+    UnknownFeedError,
+    WatchRule,
+    compile_rule,
+    conditional_watch,
+    selective,
+    waits_for_updates,
+)
+from proxy.rules._schedule import due_cron, due_every
+from proxy.rules._state import (
+    CARRY_MAX,
+    STATE_VERSION,
+    RuleProgress,
+    RuleStateError,
+    TriggerState,
+    WatchState,
+    carry_probe,
+    rule_progress,
+)
+from proxy.rules._telling import Prepared, matching, telling, told
+from proxy.rules._waiting import WaitingRules
+from proxy.rules.matching import KeywordIndex
 from proxy.rules.ports import (
-    MAX_MATCHED,
     ChrononGrid,
     ChrononMapping,
     EnginePort,
@@ -72,16 +97,16 @@ from proxy.rules.ports import (
     RevealEi,
     SealCei,
     apply_ops,
-    first_chronon_from,
 )
-from proxy.rules.schemas import ProfileSpec, RuleSpec
+from proxy.rules.schemas import ProfileSpec
 from proxy.rules.update_models import FeedUpdateModels
 from proxy.rules.updates import changes_since, update_chronons
 
-if TYPE_CHECKING:
-    from apscheduler.triggers.cron import CronTrigger
-
 __all__ = [
+    "ALERT_SLACK",
+    "CARRY_MAX",
+    "MAX_OVERWRITE",
+    "STATE_VERSION",
     "ChrononGrid",
     "ChrononMapping",
     "EnginePort",
@@ -98,148 +123,9 @@ __all__ = [
     "rule_progress",
 ]
 
-STATE_VERSION = 1
 MAX_OVERWRITE = 1440
 """The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
 expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
-
-ALERT_SLACK = "15m"
-"""A single-feed alert's default ``slack`` (a trigger without ``query``, issue 43): how long
-after the feed's update the probe that finds it still captures the alert. Fifteen minutes,
-the poll interval of a typical feed reader; at least one chronon."""
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class UnknownFeedError(ValidationError):
-    """A rule names a feed id that ``resolve_feed`` does not know; ``loc`` is the field path."""
-
-    def __init__(self, loc: str, feed_id: str) -> None:
-        self.loc = loc
-        self.feed_id = feed_id
-        super().__init__(f"{loc}: unknown feed {feed_id!r}")
-
-
-class RuleStateError(ValidationError):
-    """A stored rule state cannot be restored (unknown rule, wrong kind or version, bad shape)."""
-
-
-# --------------------------------------------------------------------------- compiled rules
-
-
-def _selective(condition: Condition) -> bool:
-    """Whether ``condition`` picks entries (keywords or a regex), not only counts them."""
-    return bool(condition.contains or condition.all or condition.exclude or condition.regex)
-
-
-class _Prepared:
-    """A new entry, matched once per probe against its feed's :class:`KeywordIndex`, however
-    many rules read it (issue 43: one automaton per feed, not a loop over rules)."""
-
-    __slots__ = ("_matches", "entry")
-
-    def __init__(self, entry: EntryLike) -> None:
-        self.entry = entry
-        self._matches: dict[str, Match] | None = None
-
-    def matches(self, index: KeywordIndex[str]) -> dict[str, Match]:
-        if self._matches is None:
-            self._matches = index.match(self.entry)
-        return self._matches
-
-
-@dataclass(frozen=True, slots=True)
-class _Query:
-    resource: int
-    within: int | None  # None: overwrite life
-
-
-@dataclass(frozen=True, slots=True)
-class _Period:
-    first: int | None  # first active chronon
-    last: int | None  # last active chronon
-
-    def active(self, t: int) -> bool:
-        return (self.first is None or t >= self.first) and (self.last is None or t <= self.last)
-
-
-@dataclass(frozen=True, slots=True)
-class _TriggerRule:
-    rule_id: str
-    profile_id: str
-    resource: int
-    mode: Literal["every", "cron", "notify"]
-    every: int  # chronons; 0 unless mode == "every"
-    slack: int
-    cron: CronTrigger | None
-    condition: Condition | None
-    queries: tuple[_Query, ...]
-    period: _Period
-    backfill: int  # entries from before the rule its first probe may fire on
-
-
-@dataclass(frozen=True, slots=True)
-class _WatchRule:
-    rule_id: str
-    profile_id: str
-    resources: tuple[int, ...]
-    within: int
-    period: _Period
-    # issue 43: a watched feed's update counts only if one of its new entries matches
-    condition: Condition | None = None
-
-
-@dataclass(slots=True)
-class _TriggerState:
-    seq: int = 0
-    next_fire: int | None = None  # temporal rules: the next fire chronon once anchored
-    last_open: int | None = None  # the chronon the last CEI opened (dedupes repeated pings)
-    nth_count: int = 0
-    open: dict[str, tuple[int, int]] = field(default_factory=dict)  # cei id -> trigger EI window
-    since: int | None = None  # the chronon the rule was installed in (None: unknown, no bound)
-    baselined: bool = True  # False until the first successful probe of the feed after install
-    # Temporal rules: the start chronons (ascending, distinct) of the probes since the rule's last
-    # check that found an entry meeting its condition (its baseline's picks, then new entries),
-    # for the next check. Persisted with the state; at most CARRY_MAX.
-    carry: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _WatchState:
-    seq: int = 0
-    cei_id: str | None = None  # the CEI being built
-    alive: bool = True  # False once the engine missed it: keep building, emit nothing
-    covered: dict[int, int] = field(default_factory=dict)  # resource -> EI start in the current CEI
-    prev_last_start: int = -1  # the last EI start of the previous CEI
-    since: int | None = None  # the chronon the rule was installed in: earlier updates are not its
-
-
-_Rule = _TriggerRule | _WatchRule
-
-#: What a rule without keywords nor regex makes of any new entry: it counts.
-_ANY = Match("any")
-
-
-def _conditional_watch(rule: _Rule) -> bool:
-    """Whether ``rule`` is a watch rule with a ``when``: only matching entries are updates for
-    it, so a ping (which holds no entries) cannot advance it; the probe that finds them does."""
-    return isinstance(rule, _WatchRule) and rule.condition is not None
-
-CARRY_MAX = 64
-"""Probes a temporal trigger rule remembers between two checks (``_TriggerState.carry``). A
-check fires on any of those that started by its own start, so only probes that started
-after the check's start and ended before it need more than the oldest: when more than
-this many are kept, the second oldest goes (the oldest still fires the next check)."""
-
-
-def _carry(state: _TriggerState, started: int) -> None:
-    """Remember that a probe started at ``started`` (not yet remembered) found an entry meeting
-    the rule's condition. A check reads those of probes that started by its own probe's start
-    (probes may end out of order)."""
-    bisect.insort(state.carry, started)
-    if len(state.carry) > CARRY_MAX:
-        del state.carry[1]
 
 # --------------------------------------------------------------------------- the evaluator
 
@@ -270,21 +156,17 @@ class TriggerEvaluator:
         self.models = update_models if update_models is not None else FeedUpdateModels()
         self.probe_grace = probe_grace
         self._profiles: dict[str, list[str]] = {}  # profile id -> rule ids in order
-        self._rules: dict[str, _Rule] = {}
-        self._trigger_state: dict[str, _TriggerState] = {}
-        self._watch_state: dict[str, _WatchState] = {}
+        self._rules: dict[str, CompiledRule] = {}
+        self._trigger_state: dict[str, TriggerState] = {}
+        self._watch_state: dict[str, WatchState] = {}
         self._by_resource: dict[int, list[str]] = {}  # feed -> rules that trigger/watch it
         # feed -> its trigger rules' conditions in one automaton (issue 43)
         self._index: dict[int, KeywordIndex[str]] = {}
-        self._readers: dict[int, int] = {}  # feed -> rules that trigger on, watch or query it
         self._open_index: dict[str, str] = {}  # open CEI id -> rule id
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
         self._dirty: set[str] = set()
         self._pinged: dict[str, dict[int, int]] = {}  # rule -> feed -> chronon of its last ping
-        self._watchers: dict[int, int] = {}  # feed -> rules that wait for its updates
-        self._weights: dict[int, float] = {}  # feed -> what finding its next update in time is worth
-        self._weight_of: dict[str, tuple[tuple[int, ...], float]] = {}  # rule -> (feeds, worth each)
-        self._wait_windows: dict[int, int] = {}  # window (chronons) -> waiting rules with it
+        self._waiting = WaitingRules()  # what the background allocation reads (proxy.rules._waiting)
         self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
         self._counter = 0
         # Temporal rules wait in a heap by next fire chronon, so a tick costs what is due,
@@ -343,13 +225,13 @@ class TriggerEvaluator:
             self._pinged.pop(rule_id, None)
             self._unanchored.pop(rule_id, None)
             del self._order[rule_id]
-            for r in (rule.resource,) if isinstance(rule, _TriggerRule) else rule.resources:
+            for r in (rule.resource,) if isinstance(rule, TriggerRule) else rule.resources:
                 index = self._index.get(r)
                 if index is not None and rule_id in index:
                     index.remove(rule_id)
                     if not len(index):
                         del self._index[r]
-            if isinstance(rule, _TriggerRule):
+            if isinstance(rule, TriggerRule):
                 tstate = self._trigger_state.pop(rule_id)
                 self._retired_seq[rule_id] = tstate.seq
                 for cei_id in tstate.open:
@@ -368,20 +250,11 @@ class TriggerEvaluator:
                 listed.remove(rule_id)
                 if not listed:
                     del self._by_resource[r]
-            self._count_readers(rule, -1)
-            if isinstance(rule, _TriggerRule):
-                if rule.mode == "notify":
-                    self._wait(feeds, -1)
+            if isinstance(rule, TriggerRule):
+                waiting = feeds if rule.mode == "notify" else ()
             else:
-                self._wait([r for r in feeds if r not in wstate.covered], -1)
-            self._reweigh(rule_id, None)
-            if _waits_for_updates(rule):
-                w = _update_window(rule)
-                left = self._wait_windows[w] - 1
-                if left:
-                    self._wait_windows[w] = left
-                else:
-                    del self._wait_windows[w]
+                waiting = tuple(r for r in feeds if r not in wstate.covered)
+            self._waiting.uninstall(rule, waiting)
         return ops
 
     def replace_profile(
@@ -413,7 +286,7 @@ class TriggerEvaluator:
         rule_ids: Sequence[str] | None,
         *,
         replacing: bool = False,
-    ) -> list[_Rule]:
+    ) -> list[CompiledRule]:
         """Check the rule ids and compile every rule, changing nothing."""
         ids = list(rule_ids) if rule_ids is not None else [f"{profile_id}/{i}" for i in range(len(spec.rules))]
         if len(ids) != len(spec.rules):
@@ -423,39 +296,35 @@ class TriggerEvaluator:
             raise ValueError(f"rule ids must be unique across installed profiles: {ids}")
         lookup = resolve_feed.__getitem__ if isinstance(resolve_feed, Mapping) else resolve_feed
         return [
-            self._compile(profile_id, rule_id, rule, lookup, f"rules.{i}")
+            compile_rule(self.clock, profile_id, rule_id, rule, lookup, f"rules.{i}")
             for i, (rule_id, rule) in enumerate(zip(ids, spec.rules, strict=True))
         ]
 
-    def _install(self, profile_id: str, compiled: list[_Rule], since: int | None) -> None:
+    def _install(self, profile_id: str, compiled: list[CompiledRule], since: int | None) -> None:
         self._profiles[profile_id] = [rule.rule_id for rule in compiled]
         for rule in compiled:
             self._rules[rule.rule_id] = rule
             self._order[rule.rule_id] = self._counter
             self._counter += 1
             seq = self._retired_seq.pop(rule.rule_id, 0)
-            if isinstance(rule, _TriggerRule):
-                self._trigger_state[rule.rule_id] = _TriggerState(
+            if isinstance(rule, TriggerRule):
+                self._trigger_state[rule.rule_id] = TriggerState(
                     seq=seq, since=since, baselined=since is None)
-                if rule.condition is not None and _selective(rule.condition):
+                if rule.condition is not None and selective(rule.condition):
                     self._index.setdefault(rule.resource, KeywordIndex()).add(
                         rule.rule_id, rule.condition)
                 if rule.mode != "notify":
                     self._unanchored[rule.rule_id] = None
                 feeds: tuple[int, ...] = (rule.resource,)
             else:
-                self._watch_state[rule.rule_id] = _WatchState(seq=seq, since=since)
+                self._watch_state[rule.rule_id] = WatchState(seq=seq, since=since)
                 feeds = rule.resources
-                if rule.condition is not None and _selective(rule.condition):
+                if rule.condition is not None and selective(rule.condition):
                     for r in feeds:
                         self._index.setdefault(r, KeywordIndex()).add(rule.rule_id, rule.condition)
             for r in feeds:
                 self._by_resource.setdefault(r, []).append(rule.rule_id)
-            self._count_readers(rule, +1)
-            if _waits_for_updates(rule):
-                self._wait(feeds, +1)
-                w = _update_window(rule)
-                self._wait_windows[w] = self._wait_windows.get(w, 0) + 1
+            self._waiting.install(rule, feeds)
             self._reweigh(rule.rule_id, rule)
             self._dirty.add(rule.rule_id)
 
@@ -482,12 +351,7 @@ class TriggerEvaluator:
         The loop leaves the feeds no rule reads to the budget no rule needs
         (``PROXY_UNWATCHED_PROBE_INTERVAL_SECONDS``).
         """
-        return resource in self._readers
-
-    def _count_readers(self, rule: _Rule, delta: int) -> None:
-        feeds = ((rule.resource, *(q.resource for q in rule.queries)) if isinstance(rule, _TriggerRule)
-                 else rule.resources)
-        _count(self._readers, feeds, delta)
+        return self._waiting.reads(resource)
 
     def update_watchers(self) -> Mapping[int, int]:
         """Feeds whose next update some rule waits for, and how many rules wait for it.
@@ -500,7 +364,7 @@ class TriggerEvaluator:
         background probes must look (``proxy.core.discovery``). Kept up to date
         as profiles come and go and CEIs fill: reading it costs nothing. Read-only.
         """
-        return self._watchers
+        return self._waiting.watchers
 
     def update_weights(self) -> Mapping[int, float]:
         """What finding each waited-for feed's next update in time is worth: the background's weights.
@@ -516,7 +380,7 @@ class TriggerEvaluator:
         but the next CEI begins after them. Kept up to date incrementally, like
         :meth:`update_watchers`; read-only.
         """
-        return self._weights
+        return self._waiting.weights
 
     def update_groups(self) -> Collection[tuple[tuple[int, ...], float]]:
         """How :meth:`update_weights` is made: ``(feeds, share)`` per waiting rule, read-only.
@@ -529,34 +393,11 @@ class TriggerEvaluator:
         its feeds caught, so its shares count only as much as its partners are.
         A live view, kept up to date with the weights: copy it to keep it.
         """
-        return self._weight_of.values()
+        return self._waiting.groups
 
-    def _reweigh(self, rule_id: str, rule: _Rule | None) -> None:
+    def _reweigh(self, rule_id: str, rule: CompiledRule | None) -> None:
         """Replace ``rule_id``'s share of :meth:`update_weights` with its current one (none: removed)."""
-        old = self._weight_of.pop(rule_id, None)
-        if old is not None:
-            feeds, worth = old
-            for r in feeds:
-                left = self._weights.get(r, 0.0) - worth
-                if left > 1e-9:
-                    self._weights[r] = left
-                else:
-                    self._weights.pop(r, None)
-        if rule is None or not _waits_for_updates(rule):
-            return
-        if isinstance(rule, _WatchRule):
-            state = self._watch_state[rule_id]
-            feeds = tuple(r for r in rule.resources if r not in state.covered)
-            if not feeds:
-                return
-            # A CEI not opened yet is not missed yet, whatever became of the previous one.
-            alive = state.alive or state.cei_id is None
-            worth = waiting_share(len(feeds), alive)
-        else:
-            feeds, worth = (rule.resource,), 1.0
-        self._weight_of[rule_id] = (feeds, worth)
-        for r in feeds:
-            self._weights[r] = self._weights.get(r, 0.0) + worth
+        self._waiting.reweigh(rule_id, rule, self._watch_state.get(rule_id))
 
     def update_window(self) -> int | None:
         """The shortest window (chronons) in which a waiting rule must see an update, or None.
@@ -564,77 +405,10 @@ class TriggerEvaluator:
         A watch rule's ``within``, an ``on: update`` trigger's ``slack``: a probe
         later than that after the update finds it too late for that rule.
         """
-        return min(self._wait_windows) if self._wait_windows else None
-
-    def _wait(self, resources: Iterable[int], delta: int) -> None:
-        _count(self._watchers, resources, delta)
+        return self._waiting.window
 
     def rule_ids(self, profile_id: str) -> list[str]:
         return list(self._profiles[profile_id])
-
-    def _compile(
-        self,
-        profile_id: str,
-        rule_id: str,
-        rule: RuleSpec,
-        lookup: Callable[[str], int],
-        loc: str,
-    ) -> _Rule:
-        def resource(feed_id: str, where: str) -> int:
-            try:
-                return int(lookup(feed_id))
-            except LookupError:
-                raise UnknownFeedError(f"{loc}.{where}", feed_id) from None
-
-        def chronons(text: str, *, minimum: int = 0) -> int:
-            return to_chronons(parse_duration(text), self.clock.length, minimum=minimum)
-
-        period = _Period(None, None)
-        if rule.period is not None:
-            period = _Period(
-                None if rule.period.start is None else first_chronon_from(self.clock, rule.period.start),
-                None if rule.period.end is None else first_chronon_from(self.clock, rule.period.end) - 1,
-            )
-        if rule.watch is not None:
-            return _WatchRule(
-                rule_id=rule_id,
-                profile_id=profile_id,
-                resources=tuple(resource(f, f"watch.feeds.{j}") for j, f in enumerate(rule.watch.feeds)),
-                within=chronons(rule.watch.within),
-                period=period,
-                condition=None if rule.watch.when is None else Condition.from_spec(rule.watch.when),
-            )
-        trigger = rule.trigger
-        assert trigger is not None  # guaranteed by RuleSpec
-        condition = None if trigger.when is None else Condition.from_spec(trigger.when)
-        cron = None
-        if trigger.cron is not None:
-            from apscheduler.triggers.cron import CronTrigger
-
-            cron = CronTrigger.from_crontab(trigger.cron, timezone=trigger.timezone)
-        mode: Literal["every", "cron", "notify"] = (
-            "every" if trigger.every is not None else "cron" if cron is not None else "notify"
-        )
-        return _TriggerRule(
-            rule_id=rule_id,
-            profile_id=profile_id,
-            resource=resource(trigger.feed, "trigger.feed"),
-            mode=mode,
-            every=chronons(trigger.every, minimum=1) if trigger.every is not None else 0,
-            # The default slack is one chronon: a window the scheduler can actually choose in;
-            # a single-feed alert's is ALERT_SLACK (a reader's poll interval), at least that.
-            slack=(chronons(trigger.slack) if trigger.slack is not None
-                   else 1 if rule.query is not None
-                   else max(1, chronons(ALERT_SLACK))),
-            cron=cron,
-            condition=condition,
-            queries=tuple(
-                _Query(resource(q.feed, f"query.{j}.feed"), None if q.within is None else chronons(q.within))
-                for j, q in enumerate(rule.query or ())
-            ),
-            period=period,
-            backfill=trigger.backfill or 0,
-        )
 
     # ------------------------------------------------------------------ events
 
@@ -669,9 +443,12 @@ class TriggerEvaluator:
                 due.add(rule_id)
         for rule_id in sorted(due, key=self._order.__getitem__):
             rule = self._rules[rule_id]
-            assert isinstance(rule, _TriggerRule)
+            assert isinstance(rule, TriggerRule)
             state = self._trigger_state[rule_id]
-            fire = self._due_every(rule, state, t) if rule.mode == "every" else self._due_cron(rule, state, t)
+            fire, changed = (due_every(rule, state, t) if rule.mode == "every"
+                             else due_cron(rule, state, t, self.clock))
+            if changed:
+                self._dirty.add(rule_id)
             last = rule.period.last
             if state.next_fire is not None and (last is None or state.next_fire <= last):
                 heapq.heappush(heap, (state.next_fire, rule_id))  # else: the period is over
@@ -739,18 +516,18 @@ class TriggerEvaluator:
             return []
         ops: list[Op] = []
         # Matched against the feed's automaton at most once, however many rules read them.
-        prepared = [_Prepared(e) for e in new_entries]
+        prepared = [Prepared(e) for e in new_entries]
         if new_entries and previous_success is not None and previous_success < started_chronon:
             a, b = previous_success, started_chronon
             times: list[int] | None = None
             for rule_id in self._by_resource.get(resource, ()):
                 rule = self._rules[rule_id]
-                if _conditional_watch(rule):
+                if conditional_watch(rule):
                     # Only the matching entries are updates for it (issue 43), dated by their own dates.
                     hits = self._matching(rule, resource, prepared)
                     if hits:
                         found = update_chronons((e.entry.published for e in hits), a, b, self.clock)
-                        ops.extend(_telling(self._rule_changes(rule_id, resource, found),
+                        ops.extend(telling(self._rule_changes(rule_id, resource, found),
                                             self._told(rule, resource, hits)))
                     continue
                 pinged = self._pinged.get(rule_id, {}).get(resource)
@@ -762,14 +539,14 @@ class TriggerEvaluator:
             ops.extend(self._first_probe_updates(resource, started_chronon, prepared))
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
-            if not isinstance(rule, _TriggerRule):
+            if not isinstance(rule, TriggerRule):
                 continue
             state = self._trigger_state[rule_id]
-            baseline: list[_Prepared] | None = None
+            baseline: list[Prepared] | None = None
             if not state.baselined:
                 # Issue 23: this probe sets the rule's baseline; the backlog does not fire it.
                 seen = new_entries if document is None else document
-                baseline = [_Prepared(e) for e in self._after_baseline(rule, state, seen)]
+                baseline = [Prepared(e) for e in self._after_baseline(rule, state, seen)]
                 state.baselined = True
                 self._dirty.add(rule_id)
             # An alert's CEI is decided by the probe that finds its update, even late (its
@@ -786,7 +563,7 @@ class TriggerEvaluator:
                 if (rule.mode != "notify" and (baseline or new_entries)
                         and started_chronon not in state.carry
                         and self._condition_holds(rule, state, baseline if baseline is not None else prepared)):
-                    _carry(state, started_chronon)
+                    carry_probe(state, started_chronon)
                     self._dirty.add(rule_id)
                 continue
             entries = baseline if baseline is not None else prepared
@@ -810,7 +587,7 @@ class TriggerEvaluator:
                     ops.append(SealCei(cei_id))
         return ops
 
-    def _first_probe_updates(self, resource: int, started: int, new_entries: list[_Prepared]) -> list[Op]:
+    def _first_probe_updates(self, resource: int, started: int, new_entries: list[Prepared]) -> list[Op]:
         """What a feed's first successful probe says to each rule: the changes dated since the rule's install.
 
         The document is the feed's backlog, but an entry dated at or after the
@@ -829,14 +606,14 @@ class TriggerEvaluator:
             if state is None or state.since is None:
                 continue
             rule = self._rules[rule_id]
-            if _conditional_watch(rule):
+            if conditional_watch(rule):
                 # The matching entries that are changes since the install (not its backlog).
                 since = state.since
                 hits = [e for e in self._matching(rule, resource, new_entries)
                         if changes_since((e.entry.published,), since, started, self.clock)]
                 times = changes_since([e.entry.published for e in hits], since, started, self.clock)
                 if times:
-                    ops.extend(_telling(self._rule_changes(rule_id, resource, times),
+                    ops.extend(telling(self._rule_changes(rule_id, resource, times),
                                         self._told(rule, resource, hits)))
                 continue
             times = changes_since(published, state.since, started, self.clock)
@@ -878,10 +655,10 @@ class TriggerEvaluator:
         ops: list[Op] = []
         for rule_id in self._by_resource.get(resource, ()):
             rule = self._rules[rule_id]
-            if _conditional_watch(rule):
+            if conditional_watch(rule):
                 continue
             if profiles is None or rule.profile_id in profiles:
-                if _waits_for_updates(rule):  # a temporal rule reads no update: nothing to confirm
+                if waits_for_updates(rule):  # a temporal rule reads no update: nothing to confirm
                     self._pinged.setdefault(rule_id, {})[resource] = t
                     self._dirty.add(rule_id)  # stored: the probe that confirms it after a restart adds nothing
                 ops.extend(self._rule_update(rule_id, resource, t))
@@ -890,7 +667,7 @@ class TriggerEvaluator:
     def _rule_update(self, rule_id: str, resource: int, t: int) -> list[Op]:
         """``resource`` changed at chronon ``t`` (pinged, or found by a probe): what ``rule_id`` does."""
         rule = self._rules[rule_id]
-        if isinstance(rule, _TriggerRule):
+        if isinstance(rule, TriggerRule):
             state = self._trigger_state[rule_id]
             if rule.mode == "notify" and rule.period.active(t) and state.last_open != t:
                 return [self._open_trigger(rule, state, t, t + rule.slack)]
@@ -953,33 +730,9 @@ class TriggerEvaluator:
         Not the update models (their owner persists them: ``FeedUpdateModels.snapshot``).
         """
         rule = self._rules[rule_id]
-        if isinstance(rule, _TriggerRule):
-            ts = self._trigger_state[rule_id]
-            return {
-                "version": STATE_VERSION,
-                "kind": "trigger",
-                "seq": ts.seq,
-                "next_fire": ts.next_fire,
-                "last_open": ts.last_open,
-                "nth_count": ts.nth_count,
-                "open": [[cei, s, f] for cei, (s, f) in ts.open.items()],
-                "since": ts.since,
-                "baselined": ts.baselined,
-                "carry": list(ts.carry),
-                "pinged": self._pinged_list(rule_id),
-            }
-        ws = self._watch_state[rule_id]
-        return {
-            "version": STATE_VERSION,
-            "kind": "watch",
-            "seq": ws.seq,
-            "cei_id": ws.cei_id,
-            "alive": ws.alive,
-            "covered": [[r, s] for r, s in ws.covered.items()],
-            "prev_last_start": ws.prev_last_start,
-            "since": ws.since,
-            "pinged": self._pinged_list(rule_id),
-        }
+        if isinstance(rule, TriggerRule):
+            return self._trigger_state[rule_id].snapshot(self._pinged_list(rule_id))
+        return self._watch_state[rule_id].snapshot(self._pinged_list(rule_id))
 
     def _pinged_list(self, rule_id: str) -> list[list[int]]:
         """The rule's last ping per feed, ``[[feed, chronon], ...]`` by feed."""
@@ -990,7 +743,7 @@ class TriggerEvaluator:
         rule = self._rules.get(rule_id)
         if rule is None:
             raise RuleStateError(f"rule {rule_id!r} is not installed")
-        kind = "trigger" if isinstance(rule, _TriggerRule) else "watch"
+        kind = "trigger" if isinstance(rule, TriggerRule) else "watch"
         if data.get("version") != STATE_VERSION or data.get("kind") != kind:
             raise RuleStateError(
                 f"rule {rule_id!r}: state has version {data.get('version')!r} kind {data.get('kind')!r}, "
@@ -1000,19 +753,8 @@ class TriggerEvaluator:
             # States saved before pings were stored have none: a ping just before the restart
             # may then be counted again by the probe that confirms it.
             pinged = {int(r): int(t) for r, t in data.get("pinged", [])}
-            if isinstance(rule, _TriggerRule):
-                ts = _TriggerState(
-                    seq=int(data["seq"]),
-                    next_fire=_opt_int(data["next_fire"]),
-                    last_open=_opt_int(data["last_open"]),
-                    nth_count=int(data["nth_count"]),
-                    open={str(c): (int(s), int(f)) for c, s, f in data["open"]},
-                    # States saved before issue 23 have neither: no bound, baseline taken.
-                    since=_opt_int(data.get("since")),
-                    baselined=bool(data.get("baselined", True)),
-                    # States saved before the carry was persisted have none.
-                    carry=_carry_list(data.get("carry", [])),
-                )
+            if isinstance(rule, TriggerRule):
+                ts = TriggerState.restore(data)
                 for cei_id in self._trigger_state[rule_id].open:
                     self._open_index.pop(cei_id, None)
                 self._trigger_state[rule_id] = ts
@@ -1029,16 +771,9 @@ class TriggerEvaluator:
                 oldw = self._watch_state[rule_id]
                 if oldw.cei_id is not None:
                     self._open_index.pop(oldw.cei_id, None)
-                ws = _WatchState(
-                    seq=int(data["seq"]),
-                    cei_id=None if data["cei_id"] is None else str(data["cei_id"]),
-                    alive=bool(data["alive"]),
-                    covered={int(r): int(s) for r, s in data["covered"]},
-                    prev_last_start=int(data["prev_last_start"]),
-                    since=_opt_int(data.get("since")),
-                )
-                self._wait([r for r in oldw.covered if r not in ws.covered], +1)
-                self._wait([r for r in ws.covered if r not in oldw.covered], -1)
+                ws = WatchState.restore(data)
+                self._waiting.wait([r for r in oldw.covered if r not in ws.covered], +1)
+                self._waiting.wait([r for r in ws.covered if r not in oldw.covered], -1)
                 self._watch_state[rule_id] = ws
                 self._reweigh(rule_id, rule)
                 if ws.cei_id is not None and ws.alive:
@@ -1054,7 +789,7 @@ class TriggerEvaluator:
         """Number ``rule_id``'s next CEI ``next_seq`` or later: after a restart the store's
         high-water mark wins over a rule state saved before the last CEIs it opened, so an
         id is never handed out twice. Never lowers the sequence; marks the rule dirty."""
-        state: _TriggerState | _WatchState | None = (
+        state: TriggerState | WatchState | None = (
             self._trigger_state.get(rule_id) or self._watch_state.get(rule_id))
         if state is None:
             self._retired_seq[rule_id] = max(self._retired_seq.get(rule_id, 0), next_seq)
@@ -1079,7 +814,7 @@ class TriggerEvaluator:
         return since is not None and t < since
 
     def _after_baseline(
-        self, rule: _TriggerRule, state: _TriggerState, entries: Sequence[EntryLike]
+        self, rule: TriggerRule, state: TriggerState, entries: Sequence[EntryLike]
     ) -> list[EntryLike]:
         """The entries of a rule's baseline probe that may fire it.
 
@@ -1103,7 +838,7 @@ class TriggerEvaluator:
     def _next_id(self, rule_id: str, seq: int) -> str:
         return f"{rule_id}:{seq}"
 
-    def _open_trigger(self, rule: _TriggerRule, state: _TriggerState, t: int, finish: int) -> OpenCei:
+    def _open_trigger(self, rule: TriggerRule, state: TriggerState, t: int, finish: int) -> OpenCei:
         cei_id = self._next_id(rule.rule_id, state.seq)
         state.seq += 1
         state.last_open = t
@@ -1114,49 +849,11 @@ class TriggerEvaluator:
         # Unsealed: the trigger's outcome decides whether the query EIs join (main paper §2.1).
         return OpenCei(cei_id, rule.profile_id, rule.rule_id, ((rule.resource, t, finish),), sealed=False)
 
-    def _due_every(self, rule: _TriggerRule, state: _TriggerState, t: int) -> int | None:
-        if state.next_fire is None:
-            # Anchor the schedule at the period's start, else at the first tick seen.
-            anchor = rule.period.first if rule.period.first is not None else t
-            state.next_fire = anchor
-            self._dirty.add(rule.rule_id)
-        if t < state.next_fire:
-            return None
-        fire = state.next_fire + (t - state.next_fire) // rule.every * rule.every
-        state.next_fire = fire + rule.every
-        self._dirty.add(rule.rule_id)
-        return fire
-
-    def _due_cron(self, rule: _TriggerRule, state: _TriggerState, t: int) -> int | None:
-        if state.next_fire is None:
-            state.next_fire = self._cron_next(rule, t)
-            self._dirty.add(rule.rule_id)
-        if state.next_fire is None or t < state.next_fire:
-            return None
-        fire = state.next_fire
-        if fire < t:
-            # Ticks were missed: coalesce into the latest fire whose window still reaches t
-            # (at most slack + 1 chronons to look at).
-            c = self._cron_next(rule, max(fire, t - rule.slack))
-            while c is not None and c <= t:
-                fire = c
-                c = self._cron_next(rule, c + 1)
-        # Every fire time inside chronons <= t is coalesced into this one.
-        state.next_fire = self._cron_next(rule, t + 1)
-        self._dirty.add(rule.rule_id)
-        return fire
-
-    def _cron_next(self, rule: _TriggerRule, chronon: int) -> int | None:
-        """The chronon of the first cron fire time at or after the beginning of ``chronon``."""
-        assert rule.cron is not None
-        moment = rule.cron.get_next_fire_time(None, self.clock.start_of(chronon))
-        return None if moment is None else max(chronon, self.clock.chronon_at(moment))
-
-    def _condition_holds(self, rule: _TriggerRule, state: _TriggerState, entries: list[_Prepared]) -> bool:
+    def _condition_holds(self, rule: TriggerRule, state: TriggerState, entries: list[Prepared]) -> bool:
         cond = rule.condition
         if cond is None:
             return bool(entries)
-        index = self._index.get(rule.resource) if _selective(cond) else None
+        index = self._index.get(rule.resource) if selective(cond) else None
         if index is None:
             matching = len(entries)
         elif cond.every_nth is None:  # any match will do: stop at the first
@@ -1173,7 +870,7 @@ class TriggerEvaluator:
         return state.nth_count // cond.every_nth > before // cond.every_nth
 
     def _query_eis(
-        self, rule: _TriggerRule, cei_id: str, t: int, told: tuple[MatchedEntry, ...] = ()
+        self, rule: TriggerRule, cei_id: str, t: int, told: tuple[MatchedEntry, ...] = ()
     ) -> list[Op]:
         if not rule.queries:  # a single-feed alert: the trigger's EI alone, fired
             return [SealCei(cei_id, fired=True, matched=told)]
@@ -1186,31 +883,18 @@ class TriggerEvaluator:
                                 matched=told if i == 0 else ()))
         return ops
 
-    def _matching(self, rule: _Rule, resource: int, entries: list[_Prepared]) -> list[_Prepared]:
-        """The entries of ``resource`` that meet ``rule``'s condition (every entry without one)."""
+    def _index_of(self, rule: CompiledRule, resource: int) -> KeywordIndex[str] | None:
+        """The feed's automaton when ``rule`` picks entries by keywords or a regex, else None."""
         cond = rule.condition
-        index = self._index.get(resource) if cond is not None and _selective(cond) else None
-        if index is None:
-            return entries
-        return [e for e in entries if rule.rule_id in e.matches(index)]
+        return self._index.get(resource) if cond is not None and selective(cond) else None
 
-    def _told(self, rule: _Rule, resource: int, entries: list[_Prepared]) -> tuple[MatchedEntry, ...]:
-        """The first :data:`MAX_MATCHED` entries meeting ``rule``'s condition, with what matched
-        (``kind="any"`` for every entry of a rule without keywords nor regex)."""
-        cond = rule.condition
-        index = self._index.get(resource) if cond is not None and _selective(cond) else None
-        out: list[MatchedEntry] = []
-        for e in entries:
-            m = _ANY if index is None else e.matches(index).get(rule.rule_id)
-            if m is None:
-                continue
-            entry = e.entry
-            # getattr, as matching.entry_text: an entry may lack a field (tests', the simulator's).
-            out.append(MatchedEntry(resource, getattr(entry, "title", None), getattr(entry, "link", None),
-                                    entry.published, m.kind, m.field, m.text))
-            if len(out) == MAX_MATCHED:
-                break
-        return tuple(out)
+    def _matching(self, rule: CompiledRule, resource: int, entries: list[Prepared]) -> list[Prepared]:
+        """The entries of ``resource`` that meet ``rule``'s condition (every entry without one)."""
+        return matching(rule.rule_id, self._index_of(rule, resource), entries)
+
+    def _told(self, rule: CompiledRule, resource: int, entries: list[Prepared]) -> tuple[MatchedEntry, ...]:
+        """What ``rule`` tells of ``entries`` when it fires (:func:`proxy.rules._telling.told`)."""
+        return told(rule.rule_id, self._index_of(rule, resource), resource, entries)
 
     def _overwrite_finish(self, resource: int, t: int) -> int:
         """The last chronon of an ``overwrite`` EI starting at ``t``: before the feed's expected next update."""
@@ -1221,7 +905,7 @@ class TriggerEvaluator:
         chronons = math.ceil((expected - at) / self.clock.length - 1e-9)
         return t + min(max(chronons, 1), MAX_OVERWRITE) - 1
 
-    def _watch(self, rule: _WatchRule, state: _WatchState, resource: int, t: int) -> list[Op]:
+    def _watch(self, rule: WatchRule, state: WatchState, resource: int, t: int) -> list[Op]:
         # AuctionWatch (main paper §4): CEI j+1 takes, for each feed, its first update
         # strictly after the last EI start of CEI j; later updates of a covered feed wait.
         if not rule.period.active(t) or t <= state.prev_last_start or resource in state.covered:
@@ -1240,109 +924,14 @@ class TriggerEvaluator:
         elif state.alive:
             ops.append(RevealEi(state.cei_id, *ei, seal=complete))
         state.covered[resource] = t
-        self._wait((resource,), -1)  # its later updates wait for the next CEI
+        self._waiting.wait((resource,), -1)  # its later updates wait for the next CEI
         if complete:
             state.prev_last_start = max(state.covered.values())
             self._open_index.pop(state.cei_id, None)
             state.cei_id = None
             state.covered = {}
-            self._wait(rule.resources, +1)
+            self._waiting.wait(rule.resources, +1)
         self._reweigh(rule.rule_id, rule)
         return ops
 
 
-def _telling(ops: list[Op], matched: tuple[MatchedEntry, ...]) -> list[Op]:
-    """``ops`` with ``matched`` told by the first one that opens or grows a CEI (a watch rule's
-    update: the entries that made it count)."""
-    for i, op in enumerate(ops):
-        if isinstance(op, OpenCei | RevealEi):
-            ops[i] = dataclasses.replace(op, matched=matched)
-            break
-    return ops
-
-
-def _count(counts: dict[int, int], keys: Iterable[int], delta: int) -> None:
-    """Add ``delta`` to each key's count in ``counts``; a count that reaches 0 leaves the dict."""
-    for k in keys:
-        n = counts.get(k, 0) + delta
-        if n > 0:
-            counts[k] = n
-        else:
-            counts.pop(k, None)
-
-
-def _waits_for_updates(rule: _Rule) -> bool:
-    """Whether ``rule`` learns of its feeds' updates only from pings or probes."""
-    return isinstance(rule, _WatchRule) or rule.mode == "notify"
-
-
-def _update_window(rule: _Rule) -> int:
-    """How soon after an update a probe must see it for ``rule`` (a waiting rule)."""
-    return rule.within if isinstance(rule, _WatchRule) else rule.slack
-
-
-def _carry_list(value: Any) -> list[int]:
-    """A stored carry: ascending distinct chronons, at most ``CARRY_MAX`` (``ValueError`` otherwise)."""
-    if not isinstance(value, list):
-        raise ValueError(f"carry must be a list, not {type(value).__name__}")
-    carry = [int(t) for t in value]
-    if carry != sorted(set(carry)) or len(carry) > CARRY_MAX:
-        raise ValueError(f"carry must hold at most {CARRY_MAX} ascending distinct chronons: {value!r}")
-    return carry
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-# --------------------------------------------------------------------------- reading a saved state
-
-
-@dataclass(frozen=True, slots=True)
-class RuleProgress:
-    """Where one rule stands, read from its saved state (:func:`rule_progress`): what a user
-    asks when a rule has not fired ("what is it waiting for?"). Chronons and feed resources,
-    as the evaluator counts them; the service names them in wall time and feed ids.
-
-    Trigger rules: ``next_fire`` the chronon of a temporal rule's next check (``None``: not
-    anchored yet, it starts at the next tick; always ``None`` for ``on:`` rules), ``open``
-    the CEIs fired and not yet decided (id, trigger window), ``baselined`` False until the
-    first successful probe of the feed after the rule was made, ``last_open`` the chronon the
-    last CEI opened. Watch rules: ``building`` the CEI being assembled (``None`` between
-    two), ``alive`` False once the engine missed it (reported missed, still built silently),
-    ``covered`` each feed's update in it, ``after`` the chronon only later updates count after
-    (the previous CEI's last update; -1 before the first).
-    """
-
-    kind: Literal["trigger", "watch"]
-    next_fire: int | None = None
-    open: tuple[tuple[str, int, int], ...] = ()
-    baselined: bool = True
-    last_open: int | None = None
-    building: str | None = None
-    alive: bool = True
-    covered: Mapping[int, int] = field(default_factory=dict)
-    after: int = -1
-
-
-def rule_progress(data: Mapping[str, Any]) -> RuleProgress:
-    """Read a :meth:`TriggerEvaluator.snapshot_state` (live, or as stored with the rule);
-    :class:`RuleStateError` if it is not one this build writes."""
-    kind = data.get("kind")
-    if data.get("version") != STATE_VERSION or kind not in ("trigger", "watch"):
-        raise RuleStateError(
-            f"state has version {data.get('version')!r} kind {kind!r}, expected version {STATE_VERSION}")
-    try:
-        if kind == "trigger":
-            return RuleProgress(
-                "trigger", next_fire=_opt_int(data["next_fire"]),
-                open=tuple(sorted((str(c), int(s), int(f)) for c, s, f in data["open"])),
-                baselined=bool(data.get("baselined", True)), last_open=_opt_int(data["last_open"]),
-            )
-        return RuleProgress(
-            "watch",
-            building=None if data["cei_id"] is None else str(data["cei_id"]), alive=bool(data["alive"]),
-            covered={int(r): int(s) for r, s in data["covered"]}, after=int(data["prev_last_start"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RuleStateError(f"malformed state ({exc!r})") from None
