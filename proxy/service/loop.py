@@ -193,7 +193,7 @@ class ChrononLoop:
     _allocator: CaptureExplore = field(default_factory=background_allocator)
     #: The revisit bound's factor (``proxy.core.discovery.revisit_bound``; 0: no bound, issue 45).
     revisit_factor: float = 0.0
-    #: Feed -> the last chronon a rule waited for it: the feeds the revisit bound keeps in turn.
+    #: Feed -> the last chronon a rule waited for it: the watched feeds the revisit bound keeps in turn.
     _waited: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -406,20 +406,21 @@ class ChrononLoop:
     def _revisit(self, t: int, waiting: list[int], window: int) -> tuple[int | None, list[int]]:
         """The revisit bound at ``t`` (``None``: off) and the feeds it covers, the waited-for ones first.
 
-        With the bound on, a feed a rule waited for within the last bound stays
-        watched at weight 0 while no rule waits for it (a watch rule's feed already
-        in its CEI): only the bound probes it, so its updates are not left for
-        ever, and the feeds of a deleted rule drop out a bound later. Issue 45,
-        docs/discovery.md ("A bound on the tail").
+        With the bound on, a feed a rule once waited for stays watched at weight 0
+        while no rule waits for it (a watch rule's feed already in its CEI, for as
+        long as its partners keep that CEI open): only the bound probes it, so its
+        updates are not left for ever. It drops out when no rule reads it any more
+        (its rules deleted). Issue 45, docs/discovery.md ("A bound on the tail").
         """
         if self.revisit_factor <= 0:
             return None, waiting
         waited = self._waited
         for r in waiting:
             waited[r] = t
-        bound = revisit_bound(self.budget, len(waited), window, self.revisit_factor)
-        for r in [r for r, at in waited.items() if t - at > bound]:
+        reads = self.runtime.evaluator.reads
+        for r in [r for r, at in waited.items() if at < t and not reads(r)]:
             del waited[r]
+        bound = revisit_bound(self.budget, len(waited), window, self.revisit_factor)
         return bound, waiting + [r for r, at in waited.items() if at < t]
 
     def _unwatched(self, spare: int, t: int, exclude: set[int]) -> list[int]:
