@@ -21,8 +21,10 @@ from proxy.bench.peers._score import RunClock, line, score
 from proxy.core.model import CEI, EI
 from proxy.farm import RequestKind, RequestRecord, load_publications, load_requests
 
-AGENTS = {"rss2email": "feedparser", "reader": "python-reader", "newsboat": "newsboat"}
-"""What each peer's requests say they are (rss2email fetches through feedparser's default agent)."""
+AGENTS = {"rss2email": "feedparser", "reader": "python-reader", "newsboat": "newsboat",
+          "changedetection": "mozilla/5.0"}
+"""What each peer's requests say they are (rss2email fetches through feedparser's default agent,
+changedetection.io as a desktop browser)."""
 
 
 def _get(t_ms: int, feed: str, *, inm: str | None = None, status: int = 200, kind: RequestKind = RequestKind.FEED,
@@ -59,13 +61,8 @@ def test_rounds_match_the_proxys_gets(feeds: int, gets: int, rounds: int) -> Non
     assert rounds_for(feeds, gets) == rounds
 
 
-def test_changedetection_says_why_it_is_not_run() -> None:
-    why = get_peer("changedetection").missing()
-    assert why is not None and ("not driven yet" in why or "install.sh" in why)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [p for p in PEER_NAMES if p != "changedetection"])
+@pytest.mark.parametrize("name", PEER_NAMES)
 async def test_each_installed_peer_polls_the_farm_and_is_scored(name: str, tmp_path: Path) -> None:
     peer = get_peer(name)
     why = peer.missing()

@@ -17,7 +17,8 @@ program fetches and when, within its minute, is its own decision.
 - **newsboat** reloads every feed every ``reload-time`` (whole, real) minutes;
   faketime breaks its sleep loop, so its minutes are real and the trace is
   compressed instead (a chronon = ``60 (R - 1/2) / K`` seconds).
-- **changedetection.io** is not driven yet: :meth:`Peer.missing` says so.
+- **changedetection.io** checks each watch every ``T`` whole seconds (its own
+  1 s ticker); the chronon is stretched so that ``T`` is whole.
 
 Deliberately not here: scoring (:mod:`proxy.bench.peers._score`).
 """
@@ -292,28 +293,106 @@ def _drain(fd: int) -> None:
 
 
 class Changedetection:
-    """changedetection.io 0.60.10: per-watch intervals in seconds. Not driven yet."""
+    """changedetection.io 0.60.10: one watch per feed, its interval in seconds, its own 1 s ticker."""
 
     name = "changedetection"
-    fairness = "not run yet"
+    fairness = (
+        "changedetection.io checks each watch when its own interval has passed since its last check "
+        "(its ticker looks every second, most overdue first, FETCH_WORKERS 10 by default); every watch "
+        "gets the same interval in whole seconds, the one that makes the proxy's GETs, and the chronon "
+        "is stretched so that the interval is whole. It sends no conditional requests, as it never does. "
+        "MINIMUM_SECONDS_RECHECK_TIME=1, ALLOW_IANA_RESTRICTED_ADDRESSES=true for 127.0.0.1, "
+        "DISABLE_VERSION_CHECK=yes; its example watches are deleted and the feeds' watches created "
+        "paused, then unpaused at chronon 0.")
 
-    def python(self) -> Path:
-        return peers_dir() / "changedetection" / "bin" / "python"
+    def program(self) -> Path:
+        return peers_dir() / "changedetection" / "bin" / "changedetection.io"
 
     def missing(self) -> str | None:
-        if not self.python().exists():
-            return f"no changedetection.io venv at {self.python().parent.parent} (run {INSTALL})"
-        return ("installed, but not driven yet: its watches must be created through its API with a key "
-                "from its datastore, and that driver is not written (issue 47)")
+        if not self.program().exists():
+            return f"no changedetection.io venv at {self.program().parent.parent} (run {INSTALL})"
+        return None
 
     def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
-        raise NotImplementedError
+        rounds = rounds_for(feeds, gets)
+        # Checks at 0, T, 2T ...: K chronons of R*T seconds hold R rounds; T whole seconds.
+        interval = max(1, round(chronons * chronon_seconds / rounds))
+        return PeerPlan(interval * rounds / chronons, chronons / rounds, rounds, {
+            "time_between_check": {"seconds": interval}, "time_between_check_use_default": False,
+            "MINIMUM_SECONDS_RECHECK_TIME": 1, "processor": "text_json_diff (its default)"})
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "ALLOW_IANA_RESTRICTED_ADDRESSES": "true", "DISABLE_VERSION_CHECK": "yes",
+                "MINIMUM_SECONDS_RECHECK_TIME": "1"}
 
     async def prepare(self, run: PeerRun) -> None:
-        raise NotImplementedError
+        from proxy.ports import free_port
+
+        data = run.workdir / "datastore"
+        data.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        log = run.log.open("ab")
+        self._proc = await asyncio.create_subprocess_exec(
+            str(self.program()), "-d", str(data), "-p", str(port), "-h", "127.0.0.1",
+            stdout=log, stderr=log, env=self._env(), start_new_session=True)
+        log.close()
+        self._base = f"http://127.0.0.1:{port}/api/v1"
+        try:
+            await self._subscribe(run, data / "changedetection.json")
+        except BaseException:
+            await _stop(self._proc)  # no changedetection.io outlives a failed set-up
+            raise
+
+    async def _subscribe(self, run: PeerRun, settings: Path) -> None:
+        """Wait for its API, delete its example watches, add one paused watch per feed."""
+        import json
+
+        import httpx
+
+        deadline = time.time() + 60
+        async with httpx.AsyncClient(timeout=10) as client:
+            while True:
+                if self._proc.returncode is not None:
+                    raise RuntimeError(f"changedetection.io exited at start-up (log: {run.log})")
+                if time.time() > deadline:
+                    raise RuntimeError(f"changedetection.io did not answer within 60 s (log: {run.log})")
+                with contextlib.suppress(OSError, ValueError, KeyError, httpx.HTTPError):
+                    # A small file, read while waiting for the API anyway.
+                    app = json.loads(settings.read_text(encoding="utf-8"))["settings"]["application"]  # noqa: ASYNC240
+                    self._key = str(app["api_access_token"])
+                    resp = await client.get(f"{self._base}/watch", headers={"x-api-key": self._key})
+                    if resp.status_code == 200:
+                        break
+                await asyncio.sleep(0.2)
+            head = {"x-api-key": self._key}
+            for uuid in (await client.get(f"{self._base}/watch", headers=head)).json():
+                (await client.delete(f"{self._base}/watch/{uuid}", headers=head)).raise_for_status()
+            # The plan's minute is one interval (whole seconds).
+            interval = max(1, round(run.plan.minute_seconds))
+            self._uuids = []
+            for url in run.urls:
+                resp = await client.post(f"{self._base}/watch", headers=head, json={
+                    "url": url, "paused": True, "time_between_check_use_default": False,
+                    "time_between_check": {"seconds": interval}})
+                resp.raise_for_status()
+                self._uuids.append(str(resp.json()["uuid"]))
 
     async def run(self, run: PeerRun) -> None:
-        raise NotImplementedError
+        import httpx
+
+        proc = self._proc
+        try:
+            await _sleep_until(run.start)
+            async with httpx.AsyncClient(timeout=10, headers={"x-api-key": self._key}) as client:
+                for uuid in self._uuids:
+                    (await client.get(f"{self._base}/watch/{uuid}", params={"paused": "unpaused"}
+                                      )).raise_for_status()
+            await _sleep_until(run.end)
+            if proc.returncode is not None:
+                raise RuntimeError(f"changedetection.io exited early with status {proc.returncode} "
+                                   f"(log: {run.log})")
+        finally:
+            await _stop(proc)
 
 
 def get_peer(name: str) -> Peer:
