@@ -37,6 +37,7 @@ from proxy.store._base import (
     _identity_key,
     _probe,
 )
+from proxy.store._ceis import Ceis
 from proxy.store._feeds import consecutive_errors_after, feed_health_values
 from proxy.store._models import (
     CaptureRow,
@@ -50,7 +51,6 @@ from proxy.store._models import (
     ProfileRow,
     ServiceStateRow,
 )
-from proxy.store._profiles import ProfilesAndCeis
 from proxy.store._types import (
     TARGET_DISABLED_ERROR,
     CapturedEntry,
@@ -78,7 +78,7 @@ def _params(rows: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]
     return rows[0] if len(rows) == 1 else rows
 
 
-class ProbesAndMetrics(ProfilesAndCeis):
+class ProbesAndMetrics(Ceis):
     """Probes and the entries they found, chronon metrics, service state, retention."""
 
     # --- probes and entries ---------------------------------------------------------
