@@ -30,6 +30,8 @@ def peers(
     seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
     phase: Annotated[float, typer.Option(help="When update u is published, in chronons from chronon u.")] = -0.1,
     ping_lag: Annotated[float, typer.Option(help="Chronons the farm holds every ping.")] = 0.2,
+    ping_drop_rate: Annotated[float, typer.Option(
+        help="Share of the proxy's pings the farm drops (1: the proxy polls blind, as the peers do).")] = 0.0,
     reader_orders: Annotated[int, typer.Option(min=1, help="Feed orders of the live bench's replicas.")] = 8,
     peer_list: Annotated[str, typer.Option(
         "--peers", help="Real readers to run, comma-separated: reader,changedetection,newsboat,rss2email.")
@@ -69,9 +71,10 @@ def peers(
     argv = sys.argv[sys.argv.index("peers"):] if "peers" in sys.argv else ["peers"]
     command = "proxy bench " + " ".join(shlex.quote(a) for a in argv)
     cfg = LiveConfig(policy=policy, budget=budget, chronon_seconds=chronon_seconds, seed=seed, phase=phase,
-                     ping_lag=ping_lag, reader_orders=reader_orders)
+                     ping_lag=ping_lag, reader_orders=reader_orders, ping_drop_rate=ping_drop_rate)
     past = "-history" if bw.history else ""
-    tag = f"{bw.name}-{policy}-C{budget}{past}"
+    drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
+    tag = f"{bw.name}-{policy}-C{budget}{drop}{past}"
     try:
         path = asyncio.run(main(bw, cfg, chosen, out, tag, command, typer.echo))
     except (KeyboardInterrupt, asyncio.CancelledError):

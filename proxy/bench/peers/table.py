@@ -28,6 +28,8 @@ def _per_cei(f: dict[str, Any]) -> float | None:
 def rows(result: dict[str, Any]) -> list[str]:
     """The table rows of one result: each poller, then the target's check."""
     name = f"{result['workload']} C{result['tag'].split('-C')[1].split('-')[0]}"
+    if "-drop" in result["tag"]:
+        name += f", {result['tag'].split('-drop')[1].split('-')[0]} % pings dropped"
     out = []
     for p in result["pollers"]:
         f = p["figures"]
