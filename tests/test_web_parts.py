@@ -180,6 +180,22 @@ def test_builder_form_makes_alerts_with_all_exclude_and_fields() -> None:
     assert set(errors.by_loc) == {"rules.0.trigger.when.exclude"}
 
 
+def test_builder_form_gives_a_watch_rule_the_condition_inputs() -> None:
+    # Issue 43: the condition boxes serve a watch rule too (a watched update counts only if an
+    # entry matches); the trigger's own inputs are left out.
+    form = {"name": "w", "rules.0.name": "r", "kind": "watch", "rules.0.watch.within": "1m",
+            "rules.0.trigger.feed": "9", "rules.0.trigger.every": "5m",
+            "rules.0.trigger.when.contains": "gold", "rules.0.trigger.when.exclude": "opinion"}
+    spec = spec_from_form(form, {"rules.0.watch.feeds": ["1", "2"], "rules.0.trigger.when.fields": ["title"]})
+    assert spec["rules"][0] == {"name": "r", "watch": {
+        "feeds": ["1", "2"], "within": "1m",
+        "when": {"contains": ["gold"], "exclude": ["opinion"], "fields": ["title"]}}}
+    errors = FormErrors()
+    bad = {**form, "rules.0.trigger.when.exclude": "GOLD"}
+    assert validate_rule(spec_from_form(bad, {"rules.0.watch.feeds": ["1"]}), errors) is None
+    assert set(errors.by_loc) == {"rules.0.watch.when.exclude"}
+
+
 @pytest.mark.parametrize(("match", "words"), [
     (None, ""),
     (Match("contains", "title", "Crude Oil"), "one of the keywords: “Crude Oil” in title"),

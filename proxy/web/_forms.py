@@ -60,6 +60,22 @@ def _text(form: Mapping[str, Any], name: str) -> str | None:
     return text or None
 
 
+def _when(form: Mapping[str, Any], multi: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The rule's ``when`` from the condition inputs (empty: no condition)."""
+    when: dict[str, Any] = {}
+    for part in ("contains", "all", "exclude"):
+        if (words := _text(form, f"rules.0.trigger.when.{part}")) is not None:
+            when[part] = [w.strip() for w in words.split(",") if w.strip()]
+    if (regex := _text(form, "rules.0.trigger.when.regex")) is not None:
+        when["regex"] = regex
+    # No box ticked reads as the default (title and summary), as does ticking just those:
+    # then 'fields' is left out, so the stored rule reads back as written.
+    fields = [f for f in multi.get("rules.0.trigger.when.fields", []) if f]
+    if when and fields and tuple(fields) != DEFAULT_FIELDS:
+        when["fields"] = fields
+    return when
+
+
 def spec_from_form(form: Mapping[str, Any], multi: Mapping[str, list[str]]) -> dict[str, Any]:
     """The profile JSON the builder's inputs describe (not yet validated: blanks are left
     out, so the API's own messages say what is missing)."""
@@ -68,6 +84,10 @@ def spec_from_form(form: Mapping[str, Any], multi: Mapping[str, list[str]]) -> d
     if kind == "watch":
         rule["watch"] = {"feeds": [f for f in multi.get("rules.0.watch.feeds", []) if f],
                          "within": _text(form, "rules.0.watch.within") or ""}
+        # The condition inputs serve both kinds (issue 43: a watched update counts only if an
+        # entry matches); they keep the trigger's names, so one set of boxes fills either.
+        if when := _when(form, multi):
+            rule["watch"]["when"] = when
     else:
         trigger: dict[str, Any] = {"feed": _text(form, "rules.0.trigger.feed") or ""}
         schedule = form.get("schedule", "every")
@@ -81,18 +101,7 @@ def spec_from_form(form: Mapping[str, Any], multi: Mapping[str, list[str]]) -> d
                 trigger["timezone"] = tz
         else:
             trigger["on"] = "update"
-        when: dict[str, Any] = {}
-        for part in ("contains", "all", "exclude"):
-            if (words := _text(form, f"rules.0.trigger.when.{part}")) is not None:
-                when[part] = [w.strip() for w in words.split(",") if w.strip()]
-        if (regex := _text(form, "rules.0.trigger.when.regex")) is not None:
-            when["regex"] = regex
-        # No box ticked reads as the default (title and summary), as does ticking just those:
-        # then 'fields' is left out, so the stored rule reads back as written.
-        fields = [f for f in multi.get("rules.0.trigger.when.fields", []) if f]
-        if when and fields and tuple(fields) != DEFAULT_FIELDS:
-            when["fields"] = fields
-        if when:
+        if when := _when(form, multi):
             trigger["when"] = when
         rule["trigger"] = trigger
         queries = []
