@@ -13,13 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.errors import ConflictError, NotFoundError, ValidationError
 from proxy.notify.signing import new_secret
+from proxy.store._metrics import MetricsAndRetention
 from proxy.store._models import (
     DeliveryRow,
     NotificationEventRow,
     NotifyTargetRow,
 )
 from proxy.store._outbox import _target
-from proxy.store._probes import ProbesAndMetrics
 from proxy.store._types import (
     AttemptOutcome,
     Delivery,
@@ -43,7 +43,7 @@ def _event(row: Any) -> NotificationEvent:
     )
 
 
-class Deliveries(ProbesAndMetrics):
+class Deliveries(MetricsAndRetention):
     """The outbox's reading side (the writing side is :class:`~proxy.store._outbox.Outbox`)."""
 
     # --- the dispatcher -------------------------------------------------------------
