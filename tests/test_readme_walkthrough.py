@@ -2,9 +2,9 @@
 
 The shell block under "## Using the API" is taken from README.md itself, so
 this test breaks when the README drifts from the code. Only what must change
-on a shared test machine changes: the two ports (8000, 8001) become free ones,
+on a shared test machine changes: the three ports (8000, 8001, 8002) become free ones,
 ``.venv/bin/proxy`` this environment's ``proxy``, and the database a file in
-the test's own directory. The block starts the farm and the proxy itself
+the test's own directory. The block starts the hub, the farm and the proxy itself
 (background jobs) and stops them at its end; whatever is left of its process
 group is killed afterwards.
 """
@@ -40,15 +40,16 @@ def walkthrough() -> str:
 
 def test_the_walkthrough_names_what_this_test_replaces() -> None:
     script = walkthrough()
-    for needed in ("--port 8000", "--port 8001", "127.0.0.1:8000", "127.0.0.1:8001", ".venv/bin/proxy",
-                   "proxy farm publish", '"oil"'):
+    for needed in ("--port 8000", "--port 8001", "--port 8002", "127.0.0.1:8000", "127.0.0.1:8001",
+                   "127.0.0.1:8002", ".venv/bin/proxy", "proxy farm publish", '"oil"'):
         assert needed in script, needed
 
 
 def test_the_readme_walkthrough_runs_offline_and_the_rule_fires(tmp_path: Path) -> None:
-    api, farm = free_port(), free_port()
+    api, farm, hub = free_port(), free_port(), free_port()
     script = walkthrough()
-    for old, new in (("8000", str(api)), ("8001", str(farm)), (".venv/bin/proxy", str(PROXY))):
+    for old, new in (("8000", str(api)), ("8001", str(farm)), ("8002", str(hub)),
+                     (".venv/bin/proxy", str(PROXY))):
         script = script.replace(old, new)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PROXY_")},

@@ -144,7 +144,7 @@ class LiveConfig:
     revisit_factor: float | None = None
     """The service's ``discovery_revisit_factor`` (issue 45's revisit bound); ``None``: its default."""
     push_share: float = 0.0
-    """Share of the feeds that push through a real WebSub hub (issue 44; :mod:`proxy.bench.hub`):
+    """Share of the feeds that push through a real WebSub hub (issue 44; :mod:`proxy.farm.hub`):
     they advertise it and publish to it ``ping_lag`` chronons after each publication, and the
     service (``PROXY_PUBLIC_URL`` set) subscribes. 0: no hub, WebSub off."""
 
@@ -592,10 +592,18 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
     hubs = contextlib.ExitStack()
     hub_url: str | None = None
     if cfg.push_share > 0:
-        from proxy.bench.hub import serve_hub
+        from proxy.farm.hub import HubUnavailableError, serve_hub
 
-        hub_url = hubs.enter_context(serve_hub(out))
+        try:
+            hub_url = hubs.enter_context(serve_hub(out))
+        except HubUnavailableError as exc:
+            raise BenchError(f"--push-share: {exc}") from exc
         values["public_url"] = f"http://127.0.0.1:{values['port']}"  # the hub calls it back
+        # The callbacks' rate limit is the pings' (per minute): a run compresses days of a
+        # trace into seconds, so a busy feed's pushes would be answered 429, and flask-websub's
+        # hub does not retry them. Scaled out of the way, as time is.
+        values["ping_rate_per_minute"] = 60_000.0
+        values["ping_burst"] = 10_000
     settings = load_settings(**values)
     env = {env_name(key): str(v).lower() if isinstance(v, bool) else str(v) for key, v in values.items()}
     # Farm trace time 0 is one chronon before workload chronon 0, so no event is due at once.

@@ -236,6 +236,37 @@ def publish(
     typer.echo(r.json()["entry_id"])
 
 
+@farm_app.command("hub")
+def hub(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 0,
+    data: Annotated[Path, typer.Option(help="Folder of the hub's subscriptions (hub.sqlite3).")] = Path("."),
+) -> None:
+    """Serve a real WebSub hub (flask-websub's, a test dependency) for ``serve --hub``.
+
+    Prints ``{"event": "listening", "url": …}`` first and serves until SIGINT/SIGTERM:
+    it verifies subscriptions and, at each ``hub.mode=publish``, fetches the topic and
+    pushes it to its subscribers, signed with each one's secret (docs/websub.md).
+    """
+    import json
+    import os
+    import signal
+    import threading
+
+    from proxy.farm.hub import HubUnavailableError, serve_hub
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        with serve_hub(data, port=port) as url:
+            print(json.dumps({"event": "listening", "url": url, "pid": os.getpid()}), flush=True)
+            stop.wait()
+    except HubUnavailableError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    print(json.dumps({"event": "stopped"}), flush=True)
+
+
 async def _serve(farm: FeedFarm, duration: float | None, skipped: int) -> None:
     import asyncio
     import contextlib
