@@ -147,7 +147,8 @@ def live(
     doc: Annotated[Path | None, typer.Option(help="Regenerate this markdown from every result in --out.")] = None,
     rule_kind: Annotated[str, typer.Option(
         help="The rule posted per profile: watch (AuctionWatch), alert (a single-feed alert on "
-             "update, slack = the window; needs --rank 1); trigger and mixed: not yet.")] = "watch",
+             "update, slack = the window; needs --rank 1), trigger (a keyword trigger with query feeds) or "
+             "mixed (a third each of watch, alert and trigger; proxy.bench.workload_rules).")] = "watch",
     push_share: Annotated[float, typer.Option(
         help="Share of the feeds that push through a real WebSub hub (flask-websub, in this process; "
              "the service subscribes). 0: no hub (issue 44).")] = 0.0,
@@ -171,6 +172,7 @@ def live(
         run_benchmark,
         trace_workload,
     )
+    from proxy.bench.workload_rules import RULE_WORKLOADS, rules_workload
 
     try:
         budgets = [int(b) for b in budget.split(",") if b.strip()]
@@ -183,6 +185,8 @@ def live(
                                 window=window, seed=seed, history=history)
         else:
             raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
+        if rule_kind in RULE_WORKLOADS:  # the same updates and profiles' feeds, as keyword triggers
+            bw = rules_workload(bw, rule_kind, seed)
         check_rule_kind(rule_kind, bw)
         from proxy.core.policies import get_policy
 

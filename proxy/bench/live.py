@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes, probes_to_reach
 from proxy.bench.metrics import (
@@ -65,6 +65,9 @@ from proxy.bench.metrics import (
 )
 from proxy.core.model import CEI, EI, Workload
 from proxy.ports import free_port
+
+if TYPE_CHECKING:
+    from proxy.bench.workload_rules import RulePlan
 
 PHASE = -0.1
 """When update ``u`` is published, in chronons from the start of chronon ``u`` (default)."""
@@ -92,6 +95,9 @@ class BenchWorkload:
     history: tuple[tuple[float, ...], ...] = ()
     """Per resource, the times (workload chronons, negative: before the run) of the entries its
     document already shows at the first fetch, oldest first; empty for generated workloads."""
+    rules: RulePlan | None = None
+    """A ``trigger`` or ``mixed`` workload's rules and keywords (:mod:`proxy.bench.workload_rules`);
+    ``None``: every profile is posted as ``--rule-kind`` says (:func:`rule_body`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +292,8 @@ def tail_ceis(bw: BenchWorkload) -> tuple[CEI, ...]:
     """
     from bisect import bisect_right
 
+    if bw.rules is not None:  # trigger and mixed rules hold other CEIs (proxy.bench.workload_rules)
+        return bw.rules.tail_ceis(bw)
     wl = bw.workload
     k, w = wl.chronons, bw.window
     last: dict[str, int] = {}
@@ -411,7 +419,7 @@ def within_text(window: int, chronon_seconds: float) -> str:
 
 
 RULE_KINDS = ("watch", "alert", "trigger", "mixed")
-"""The ``--rule-kind`` values; ``trigger`` and ``mixed`` are refused for now (:func:`check_rule_kind`)."""
+"""The ``--rule-kind`` values (:func:`check_rule_kind`)."""
 
 
 def check_rule_kind(kind: str, bw: BenchWorkload) -> None:
@@ -419,15 +427,14 @@ def check_rule_kind(kind: str, bw: BenchWorkload) -> None:
 
     An ``alert`` on update without condition has exactly one EI ``[u, u+W]`` per update
     of its feed: the rank-1 watch workload, scored the same way. So alerts need every
-    profile to watch one feed. A ``trigger`` rule's CEIs (a trigger EI, then query EIs
-    revealed when it fires) are not what the generator's AuctionWatch CEIs are: they
-    need a simulator workload of their own, not written yet.
+    profile to watch one feed. ``trigger`` and ``mixed`` need a workload of their own
+    (:func:`proxy.bench.workload_rules.rules_workload`).
     """
     if kind not in RULE_KINDS:
         raise BenchError(f"--rule-kind must be one of {', '.join(RULE_KINDS)}, got {kind!r}")
-    if kind in ("trigger", "mixed"):
-        raise BenchError(f"--rule-kind {kind}: not yet: the simulator has no workload of trigger "
-                         "rules with query feeds to score it against; use watch or alert")
+    if (bw.rules.kind if bw.rules is not None else None) != (kind if kind in ("trigger", "mixed") else None):
+        raise BenchError(f"--rule-kind {kind} needs a workload built for it "
+                         "(proxy.bench.workload_rules.rules_workload), this one is not")
     if kind == "alert" and any(len(feeds) != 1 for feeds in bw.watched):
         worst = max(len(feeds) for feeds in bw.watched)
         raise BenchError(f"--rule-kind alert posts single-feed alerts: every profile must watch one "
@@ -628,7 +635,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                             ping_drop_rate=cfg.ping_drop_rate,
                             ping_delay=cfg.ping_delay + cfg.ping_lag * length,
                             ping_seed=cfg.seed, hub=hub_url, push_share=cfg.push_share or 1.0,
-                            push_seed=cfg.seed, hub_delay=cfg.ping_lag * length) as farm:
+                            push_seed=cfg.seed, hub_delay=cfg.ping_lag * length,
+                            entry_text=bw.rules.entry_text(bw) if bw.rules is not None else None) as farm:
             try:
                 key = await runner.start()
                 base = runner.base
@@ -670,7 +678,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                             farm.backfill(str(r), [placeholder])
                     profiles_out = await asyncio.gather(*(
                         post("/api/v1/profiles", {"name": f"p{p}", "rules": [
-                            rule_body(cfg.rule_kind, [feed_ids[r] for r in feeds], within)]})
+                            bw.rules.rule_body(p, [feed_ids[r] for r in feeds], within) if bw.rules is not None
+                            else rule_body(cfg.rule_kind, [feed_ids[r] for r in feeds], within)]})
                         for p, feeds in enumerate(bw.watched)))
                     rule_of = {int(b["rules"][0]["id"]): p for p, b in enumerate(profiles_out)}
                     sclock = await runner.clock()
