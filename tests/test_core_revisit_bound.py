@@ -153,3 +153,22 @@ def test_a_feed_never_probed_waits_from_when_it_was_first_shown_not_at_once() ->
     first_sweep = [t for t, picked in enumerate(history[:20]) if 0 in picked]
     assert len(first_sweep) >= 5  # the funded feed keeps its probes while the bound is far
     assert max(longest_waits(history, n)) <= bound
+
+
+def test_a_feed_no_rule_waits_for_is_probed_by_the_bound_alone() -> None:
+    # Weight 0: a watch rule's feed already in its CEI. The fill and the stride leave it alone (even
+    # never probed), the bound does not; and it keeps the frequency it had for when a rule waits again.
+    n, budget, window = 6, 1, 1
+    rate, weight = [0.2] * n, [1.0] * (n - 1) + [0.0]
+    free = run(CaptureExplore(epsilon=0.0), budget, 60, rate, weight, window, None)
+    assert all(n - 1 not in picked for picked in free)
+    bound = revisit_bound(budget, n, window, 2.0)  # 12
+    bounded = run(CaptureExplore(epsilon=0.0), budget, 60, rate, weight, window, bound)
+    times = [t for t, picked in enumerate(bounded) if n - 1 in picked]
+    assert times and max(b - a for a, b in itertools.pairwise([0, *times, 59])) <= bound
+    alloc = CaptureExplore(epsilon=0.0, refresh=1)
+    res = list(range(n))
+    alloc.pick(budget, 0, res, [None] * n, rate, [1.0] * n, window)
+    before = alloc.frequency(0)
+    alloc.pick(budget, 1, res, [0] * n, rate, [0.0] + [1.0] * (n - 1), window, revisit=bound)
+    assert before > 0 and alloc.frequency(0) == before

@@ -103,7 +103,7 @@ def background_probes(
     ``weight[i]`` how much an update of it is worth (the rules waiting for it).
     Ties go to the longer wait, then to the smaller resource id. A feed with
     nothing to gain (score 0: probed at ``now``, or a zero rate or weight) is
-    never picked.
+    never picked, nor a feed never probed whose weight is 0.
     """
     n = len(resources)
     if not n == len(last_success) == len(rate) == len(weight):
@@ -211,7 +211,8 @@ def _greedy(budget: int, now: int, res: _Ints, never: _Bools, last: _Floats, rat
     elapsed = np.maximum(now - last, 0.0)
     lam = np.maximum(rate, 0.0)
     score = weight * -np.expm1(-lam * elapsed)
-    score[never] = np.inf
+    # Never probed: first, unless no rule waits for it (weight 0: a feed only the revisit bound keeps).
+    score[never & (weight > 0)] = np.inf
     elapsed[never] = np.inf
     return _rank(budget, res, score, elapsed)
 
@@ -752,7 +753,10 @@ class CaptureExplore:
             self._freq_at = now
             f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
             slot = ledger.slots(res)  # new ids first: the arrays may be replaced
-            ledger.values[_FREQ, slot] = f
+            # A feed no rule waits for now (weight 0: one only the revisit bound keeps) keeps its last
+            # frequency, as a feed the caller left out does, for when a rule waits for it again.
+            now_given = (w > 0) | ~known
+            ledger.values[_FREQ, slot[now_given]] = f[now_given]
             ledger.values[_SEEN, slot[~known]] = now
         freq, credit = ledger.values[_FREQ, slot], ledger.values[_CREDIT]
         if budget == 0 or n == 0:
@@ -784,7 +788,9 @@ class CaptureExplore:
         _spend(credit, slot[stalest])
         free[stalest] = False
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
-        rest = np.flatnonzero(free)
+        # A feed no rule waits for now (weight 0: one only the revisit bound keeps) is left out of the
+        # stride as if absent: no probe on the frequency it had when it was waited for, its credit kept.
+        rest = np.flatnonzero(free & (w > 0))
         strided = rest[_stride(credit, slot[rest], res[rest], freq[rest], budget - k)]
         free[strided] = False
         picked = [stalest, strided]
@@ -841,6 +847,6 @@ class CaptureExplore:
             mass = cycle_masses(cast("list[CycleShape]", [shape[i] for i in at.tolist()]), last[at], now)
             expected[at] = np.maximum(lam[at], 0.0) * mass
         score = np.maximum(weight, 0.0) * -np.expm1(-expected)
-        score[never] = np.inf
+        score[never & (weight > 0)] = np.inf
         elapsed[never] = np.inf
         return _rank(budget, res[rest], score[rest], elapsed[rest])

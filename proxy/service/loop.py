@@ -397,9 +397,13 @@ class ChrononLoop:
             updates.append(n)
             exposure.append(seconds / length)
             weight.append(worth)
-            shape.append(slot.shape)
-        unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last]
-        rate = pooled_rates(updates, exposure, POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE)
+            shape.append(slot.shape if worth > 0 else None)
+        # The rates and their pool are the waited-for feeds' (first in ``watched``); a feed only the
+        # revisit bound keeps has weight 0, no frequency and no fill score, so no rate either.
+        m = sum(r in weights for r in resources)
+        unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last[:m]]
+        rate = pooled_rates(updates[:m], exposure[:m], POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE)
+        rate += [0.0] * (len(resources) - m)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape,
                                     groups=evaluator.update_groups, revisit=bound)
 
