@@ -5,11 +5,48 @@ whether it changed the state (the evaluator then saves the rule's state).
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Mapping
+
 from proxy.rules._compiled import TriggerRule
 from proxy.rules._state import TriggerState
 from proxy.rules.ports import ChrononMapping
 
-__all__ = ["cron_next", "due_cron", "due_every"]
+__all__ = ["FireQueue", "cron_next", "due_cron", "due_every"]
+
+
+class FireQueue:
+    """Temporal rules waiting for their next fire chronon, so a tick costs what is due, not
+    one visit per rule. A rule not anchored yet (no ``next_fire``) is due at the next tick.
+    Entries go stale when a rule is removed or restored: :meth:`due` checks each against the
+    rule's state."""
+
+    def __init__(self) -> None:
+        self._unanchored: dict[str, None] = {}  # temporal rules whose schedule starts at the next tick
+        self._heap: list[tuple[int, str]] = []  # (next fire chronon, rule id)
+
+    def at(self, rule_id: str, fire: int | None) -> None:
+        """``rule_id`` fires next at ``fire`` (None: not anchored, due at the next tick)."""
+        if fire is None:
+            self._unanchored[rule_id] = None
+        else:
+            self._unanchored.pop(rule_id, None)
+            heapq.heappush(self._heap, (fire, rule_id))
+
+    def forget(self, rule_id: str) -> None:
+        self._unanchored.pop(rule_id, None)
+
+    def due(self, t: int, states: Mapping[str, TriggerState]) -> set[str]:
+        """The rules due at or before ``t``, taken off the queue (:meth:`at` puts them back)."""
+        due = set(self._unanchored)
+        self._unanchored.clear()
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            fire_at, rule_id = heapq.heappop(heap)
+            state = states.get(rule_id)
+            if state is not None and state.next_fire == fire_at:
+                due.add(rule_id)
+        return due
 
 
 def due_every(rule: TriggerRule, state: TriggerState, t: int) -> tuple[int | None, bool]:

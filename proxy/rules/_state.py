@@ -7,7 +7,8 @@ which reads a saved state for a person ("what is it waiting for?").
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+import heapq
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from proxy.errors import ValidationError
 __all__ = [
     "CARRY_MAX",
     "STATE_VERSION",
+    "OpenCeis",
     "RuleProgress",
     "RuleStateError",
     "TriggerState",
@@ -23,6 +25,8 @@ __all__ = [
     "carry_list",
     "carry_probe",
     "opt_int",
+    "pinged_list",
+    "restore_rule_state",
     "rule_progress",
 ]
 
@@ -116,6 +120,72 @@ class WatchState:
             prev_last_start=int(data["prev_last_start"]),
             since=opt_int(data.get("since")),
         )
+
+
+def restore_rule_state(
+    rule_id: str, kind: Literal["trigger", "watch"], data: Mapping[str, Any],
+) -> tuple[TriggerState | WatchState, dict[int, int]]:
+    """A saved state of a rule of ``kind`` read back, and its last ping per feed; checked whole
+    before the evaluator changes anything (:class:`RuleStateError` names the rule)."""
+    if data.get("version") != STATE_VERSION or data.get("kind") != kind:
+        raise RuleStateError(
+            f"rule {rule_id!r}: state has version {data.get('version')!r} kind {data.get('kind')!r}, "
+            f"expected version {STATE_VERSION} kind {kind!r}"
+        )
+    try:
+        # States saved before pings were stored have none: a ping just before the restart
+        # may then be counted again by the probe that confirms it.
+        pinged = {int(r): int(t) for r, t in data.get("pinged", [])}
+        state = TriggerState.restore(data) if kind == "trigger" else WatchState.restore(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RuleStateError(f"rule {rule_id!r}: malformed state ({exc!r})") from None
+    return state, pinged
+
+
+def pinged_list(pinged: Mapping[int, int]) -> list[list[int]]:
+    """A rule's last ping per feed as saved, ``[[feed, chronon], ...]`` by feed."""
+    return [[r, t] for r, t in sorted(pinged.items())]
+
+
+class OpenCeis:
+    """The CEIs the evaluator may still grow or seal, each with the rule that holds it, and
+    when a trigger CEI left undecided is swept (its window's end plus ``grace`` chronons:
+    the engine has missed it by then, unless a probe that started inside the window is still
+    in flight; probes never last this long). A watch rule's CEI is never swept: it is built
+    until it is complete or dead."""
+
+    def __init__(self, grace: int) -> None:
+        self.grace = grace
+        self._rule: dict[str, str] = {}  # open CEI id -> rule id
+        self._sweep: list[tuple[int, str]] = []  # (trigger finish + grace, cei id); stale once decided
+
+    def hold(self, cei_id: str, rule_id: str, finish: int | None = None) -> None:
+        """``rule_id`` holds ``cei_id`` open; a trigger CEI (``finish``: its window's end) is swept."""
+        self._rule[cei_id] = rule_id
+        if finish is not None:
+            heapq.heappush(self._sweep, (finish + self.grace, cei_id))
+
+    def release(self, cei_id: str) -> str | None:
+        """Forget ``cei_id``; the rule that held it, or None if none did."""
+        return self._rule.pop(cei_id, None)
+
+    def rule_of(self, cei_id: str) -> str | None:
+        return self._rule.get(cei_id)
+
+    def expired(self, t: int) -> Iterator[tuple[str, str]]:
+        """``(cei id, rule id)`` of the held trigger CEIs swept before chronon ``t``; the caller
+        releases them."""
+        while self._sweep and self._sweep[0][0] < t:
+            _, cei_id = heapq.heappop(self._sweep)
+            rule_id = self._rule.get(cei_id)
+            if rule_id is not None:  # else decided, missed or removed meanwhile
+                yield cei_id, rule_id
+
+    def ids(self) -> list[str]:
+        return sorted(self._rule)
+
+    def __contains__(self, cei_id: object) -> bool:
+        return cei_id in self._rule
 
 
 CARRY_MAX = 64

@@ -98,20 +98,47 @@ class WaitingRules:
 
     @property
     def watchers(self) -> Mapping[int, int]:
-        """Feeds whose next update some rule waits for, and how many rules wait for it
-        (:meth:`proxy.rules.TriggerEvaluator.update_watchers`)."""
+        """Feeds whose next update some rule waits for, and how many rules wait for it.
+
+        ``on: update`` triggers wait for every update of their feed; a watch rule
+        waits for the feeds its current CEI does not cover yet (AuctionWatch: a
+        covered feed's later updates wait for the next CEI), so the slow feed
+        that holds a CEI back counts, the fast one already in it does not. Only a
+        probe or a ping tells these rules anything; on a feed that never pings,
+        background probes must look (``proxy.core.discovery``). Kept up to date
+        as profiles come and go and CEIs fill: reading it costs nothing. Read-only.
+        """
         return self._watchers
 
     @property
     def weights(self) -> Mapping[int, float]:
-        """What finding each waited-for feed's next update in time is worth
-        (:meth:`proxy.rules.TriggerEvaluator.update_weights`)."""
+        """What finding each waited-for feed's next update in time is worth: the background's weights.
+
+        The feeds of :attr:`watchers`, each rule's worth spread over the
+        feeds it still waits for. An ``on: update`` trigger adds 1 to its feed.
+        A watch rule's CEI is captured only if every remaining feed's update is
+        found within the window, so one of ``m`` remaining finds is worth about
+        ``1/m`` of the CEI: a rule waiting for one last feed pulls hard on it,
+        one that waits for all three of its feeds pulls a third on each. A watch
+        CEI already missed (an update found too late) adds ``DEAD_CEI_WEIGHT``
+        spread the same way: its remaining updates only end a CEI that is lost,
+        but the next CEI begins after them. Kept up to date incrementally, like
+        :attr:`watchers`; read-only.
+        """
         return self._weights
 
     @property
     def groups(self) -> Collection[tuple[tuple[int, ...], float]]:
-        """``(feeds, share)`` per waiting rule, a live view
-        (:meth:`proxy.rules.TriggerEvaluator.update_groups`)."""
+        """How :attr:`weights` is made: ``(feeds, share)`` per waiting rule, read-only.
+
+        ``feeds`` are those the rule still waits for and ``share`` its worth on
+        each (``1/m`` of a live watch CEI, ``DEAD_CEI_WEIGHT/m`` of a missed
+        one, 1 for an ``on: update`` trigger); a feed's weight is the sum of the
+        shares on it. What the background's coordinated frequencies read
+        (``proxy.core.discovery.coordinated_weights``): a watch rule needs all
+        its feeds caught, so its shares count only as much as its partners are.
+        A live view, kept up to date with the weights: copy it to keep it.
+        """
         return self._weight_of.values()
 
     @property

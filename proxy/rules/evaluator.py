@@ -50,37 +50,40 @@ of one purpose live beside it (issue 46): :mod:`proxy.rules._compiled` (a rule s
 compiled to resources and chronons), :mod:`proxy.rules._state` (a rule's runtime state,
 its JSON and :func:`rule_progress`), :mod:`proxy.rules._schedule` (when a temporal rule
 is due), :mod:`proxy.rules._telling` (entries matched once per probe, what a firing
-tells) and :mod:`proxy.rules._waiting` (which feeds rules wait on, and their weights).
+tells), :mod:`proxy.rules._waiting` (which feeds rules wait on, and their weights),
+:mod:`proxy.rules._feeds` (which rules read each feed, and its automaton),
+:mod:`proxy.rules._firing` (a trigger CEI from opening to decision, and the baseline) and
+:mod:`proxy.rules._auction` (a watch rule's AuctionWatch CEIs).
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import math
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from typing import Any
 
+from proxy.rules._auction import watch_update
 from proxy.rules._compiled import (
     ALERT_SLACK,
     CompiledRule,
     TriggerRule,
     UnknownFeedError,
-    WatchRule,
     compile_rule,
     conditional_watch,
-    selective,
     waits_for_updates,
 )
-from proxy.rules._schedule import due_cron, due_every
+from proxy.rules._feeds import FeedRules
+from proxy.rules._firing import MAX_OVERWRITE, TriggerFiring
+from proxy.rules._schedule import FireQueue, due_cron, due_every
 from proxy.rules._state import (
     CARRY_MAX,
     STATE_VERSION,
+    OpenCeis,
     RuleProgress,
     RuleStateError,
     TriggerState,
     WatchState,
-    carry_probe,
+    pinged_list,
+    restore_rule_state,
     rule_progress,
 )
 from proxy.rules._telling import Prepared, matching, telling, told
@@ -123,10 +126,6 @@ __all__ = [
     "rule_progress",
 ]
 
-MAX_OVERWRITE = 1440
-"""The longest ``overwrite`` life in chronons (a day of minute chronons): a feed the model
-expects to stay quiet for longer still has its query EI end, so its CEI is decided."""
-
 # --------------------------------------------------------------------------- the evaluator
 
 
@@ -154,27 +153,27 @@ class TriggerEvaluator:
         self.clock = clock
         # When each feed changes (the service passes its own; times in POSIX seconds): sizes overwrite lives.
         self.models = update_models if update_models is not None else FeedUpdateModels()
-        self.probe_grace = probe_grace
         self._profiles: dict[str, list[str]] = {}  # profile id -> rule ids in order
         self._rules: dict[str, CompiledRule] = {}
         self._trigger_state: dict[str, TriggerState] = {}
         self._watch_state: dict[str, WatchState] = {}
-        self._by_resource: dict[int, list[str]] = {}  # feed -> rules that trigger/watch it
-        # feed -> its trigger rules' conditions in one automaton (issue 43)
-        self._index: dict[int, KeywordIndex[str]] = {}
-        self._open_index: dict[str, str] = {}  # open CEI id -> rule id
+        self._feeds = FeedRules()  # feed -> the rules that trigger on or watch it, and its automaton
+        self._index = self._feeds.index  # the same dict: tests and TriggerFiring read it
+        self._open = OpenCeis(probe_grace)  # open CEI -> its rule; undecided trigger CEIs swept
         self._retired_seq: dict[str, int] = {}  # rule id -> seq, so a re-added rule never reuses ids
         self._dirty: set[str] = set()
         self._pinged: dict[str, dict[int, int]] = {}  # rule -> feed -> chronon of its last ping
         self._waiting = WaitingRules()  # what the background allocation reads (proxy.rules._waiting)
         self._order: dict[str, int] = {}  # rule id -> installation order (the visiting order)
         self._counter = 0
-        # Temporal rules wait in a heap by next fire chronon, so a tick costs what is due,
-        # not one visit per rule. Entries go stale when a rule is removed or restored;
-        # they are checked against the rule's state when popped.
-        self._unanchored: dict[str, None] = {}  # temporal rules whose schedule starts at the next tick
-        self._fire_heap: list[tuple[int, str]] = []  # (next fire chronon, rule id)
-        self._sweep_heap: list[tuple[int, str]] = []  # (trigger finish + probe_grace, cei id)
+        self._fires = FireQueue()  # temporal rules by next fire chronon (proxy.rules._schedule)
+        # Opening and deciding trigger CEIs (proxy.rules._firing), on the structures above.
+        self._firing = TriggerFiring(clock, self.models, self._index, self._open, self._dirty)
+
+    @property
+    def probe_grace(self) -> int:
+        """Chronons after its window's end an undecided trigger CEI is sealed and forgotten."""
+        return self._open.grace
 
     # ------------------------------------------------------------------ profiles
 
@@ -223,19 +222,13 @@ class TriggerEvaluator:
             rule = self._rules.pop(rule_id)
             self._dirty.discard(rule_id)
             self._pinged.pop(rule_id, None)
-            self._unanchored.pop(rule_id, None)
+            self._fires.forget(rule_id)
             del self._order[rule_id]
-            for r in (rule.resource,) if isinstance(rule, TriggerRule) else rule.resources:
-                index = self._index.get(r)
-                if index is not None and rule_id in index:
-                    index.remove(rule_id)
-                    if not len(index):
-                        del self._index[r]
             if isinstance(rule, TriggerRule):
                 tstate = self._trigger_state.pop(rule_id)
                 self._retired_seq[rule_id] = tstate.seq
                 for cei_id in tstate.open:
-                    self._open_index.pop(cei_id, None)
+                    self._open.release(cei_id)
                     ops.append(SealCei(cei_id))
                 feeds: tuple[int, ...] = (rule.resource,)
             else:
@@ -243,13 +236,9 @@ class TriggerEvaluator:
                 self._retired_seq[rule_id] = wstate.seq
                 if wstate.cei_id is not None and wstate.alive:
                     ops.append(SealCei(wstate.cei_id))
-                    self._open_index.pop(wstate.cei_id, None)
+                    self._open.release(wstate.cei_id)
                 feeds = rule.resources
-            for r in feeds:
-                listed = self._by_resource[r]
-                listed.remove(rule_id)
-                if not listed:
-                    del self._by_resource[r]
+            self._feeds.remove(rule_id, feeds)
             if isinstance(rule, TriggerRule):
                 waiting = feeds if rule.mode == "notify" else ()
             else:
@@ -310,20 +299,13 @@ class TriggerEvaluator:
             if isinstance(rule, TriggerRule):
                 self._trigger_state[rule.rule_id] = TriggerState(
                     seq=seq, since=since, baselined=since is None)
-                if rule.condition is not None and selective(rule.condition):
-                    self._index.setdefault(rule.resource, KeywordIndex()).add(
-                        rule.rule_id, rule.condition)
                 if rule.mode != "notify":
-                    self._unanchored[rule.rule_id] = None
+                    self._fires.at(rule.rule_id, None)
                 feeds: tuple[int, ...] = (rule.resource,)
             else:
                 self._watch_state[rule.rule_id] = WatchState(seq=seq, since=since)
                 feeds = rule.resources
-                if rule.condition is not None and selective(rule.condition):
-                    for r in feeds:
-                        self._index.setdefault(r, KeywordIndex()).add(rule.rule_id, rule.condition)
-            for r in feeds:
-                self._by_resource.setdefault(r, []).append(rule.rule_id)
+            self._feeds.add(rule, feeds)
             self._waiting.install(rule, feeds)
             self._reweigh(rule.rule_id, rule)
             self._dirty.add(rule.rule_id)
@@ -339,7 +321,7 @@ class TriggerEvaluator:
         saw would answer a conditional request with a 304, which holds no
         entries. A few whole fetches per rule made, none after.
         """
-        for rule_id in self._by_resource.get(resource, ()):
+        for rule_id in self._feeds.on(resource):
             state = self._trigger_state.get(rule_id)
             if state is not None and not state.baselined:
                 return True
@@ -354,45 +336,18 @@ class TriggerEvaluator:
         return self._waiting.reads(resource)
 
     def update_watchers(self) -> Mapping[int, int]:
-        """Feeds whose next update some rule waits for, and how many rules wait for it.
-
-        ``on: update`` triggers wait for every update of their feed; a watch rule
-        waits for the feeds its current CEI does not cover yet (AuctionWatch: a
-        covered feed's later updates wait for the next CEI), so the slow feed
-        that holds a CEI back counts, the fast one already in it does not. Only a
-        probe or a ping tells these rules anything; on a feed that never pings,
-        background probes must look (``proxy.core.discovery``). Kept up to date
-        as profiles come and go and CEIs fill: reading it costs nothing. Read-only.
-        """
+        """Feeds whose next update some rule waits for, and how many rules wait for it
+        (:attr:`proxy.rules._waiting.WaitingRules.watchers` says which). Read-only, costs nothing."""
         return self._waiting.watchers
 
     def update_weights(self) -> Mapping[int, float]:
-        """What finding each waited-for feed's next update in time is worth: the background's weights.
-
-        The feeds of :meth:`update_watchers`, each rule's worth spread over the
-        feeds it still waits for. An ``on: update`` trigger adds 1 to its feed.
-        A watch rule's CEI is captured only if every remaining feed's update is
-        found within the window, so one of ``m`` remaining finds is worth about
-        ``1/m`` of the CEI: a rule waiting for one last feed pulls hard on it,
-        one that waits for all three of its feeds pulls a third on each. A watch
-        CEI already missed (an update found too late) adds ``DEAD_CEI_WEIGHT``
-        spread the same way: its remaining updates only end a CEI that is lost,
-        but the next CEI begins after them. Kept up to date incrementally, like
-        :meth:`update_watchers`; read-only.
-        """
+        """What finding each waited-for feed's next update in time is worth: the background's
+        weights (:attr:`proxy.rules._waiting.WaitingRules.weights` says how). Read-only."""
         return self._waiting.weights
 
     def update_groups(self) -> Collection[tuple[tuple[int, ...], float]]:
-        """How :meth:`update_weights` is made: ``(feeds, share)`` per waiting rule, read-only.
-
-        ``feeds`` are those the rule still waits for and ``share`` its worth on
-        each (``1/m`` of a live watch CEI, ``DEAD_CEI_WEIGHT/m`` of a missed
-        one, 1 for an ``on: update`` trigger); a feed's weight is the sum of the
-        shares on it. What the background's coordinated frequencies read
-        (``proxy.core.discovery.coordinated_weights``): a watch rule needs all
-        its feeds caught, so its shares count only as much as its partners are.
-        A live view, kept up to date with the weights: copy it to keep it.
-        """
+        """How :meth:`update_weights` is made: ``(feeds, share)`` per waiting rule, a live view
+        (:attr:`proxy.rules._waiting.WaitingRules.groups`); copy it to keep it."""
         return self._waiting.groups
 
     def _reweigh(self, rule_id: str, rule: CompiledRule | None) -> None:
@@ -422,26 +377,15 @@ class TriggerEvaluator:
         ended more than ``probe_grace`` chronons ago (see the class docstring).
         """
         ops: list[Op] = []
-        sweep = self._sweep_heap
-        while sweep and sweep[0][0] < t:
-            _, cei_id = heapq.heappop(sweep)
-            rule_id = self._open_index.get(cei_id)
-            if rule_id is None or rule_id not in self._trigger_state:
-                continue  # decided, missed or removed meanwhile
+        for cei_id, rule_id in self._open.expired(t):  # released as they come
+            if rule_id not in self._trigger_state:
+                continue  # removed meanwhile
             # The engine missed these long ago (nobody called on_trigger_missed): seal to free them.
             self._trigger_state[rule_id].open.pop(cei_id, None)
-            del self._open_index[cei_id]
+            self._open.release(cei_id)
             self._dirty.add(rule_id)
             ops.append(SealCei(cei_id))
-        due: set[str] = set(self._unanchored)
-        self._unanchored.clear()
-        heap = self._fire_heap
-        while heap and heap[0][0] <= t:
-            fire_at, rule_id = heapq.heappop(heap)
-            state = self._trigger_state.get(rule_id)
-            if state is not None and state.next_fire == fire_at:
-                due.add(rule_id)
-        for rule_id in sorted(due, key=self._order.__getitem__):
+        for rule_id in sorted(self._fires.due(t, self._trigger_state), key=self._order.__getitem__):
             rule = self._rules[rule_id]
             assert isinstance(rule, TriggerRule)
             state = self._trigger_state[rule_id]
@@ -451,9 +395,9 @@ class TriggerEvaluator:
                 self._dirty.add(rule_id)
             last = rule.period.last
             if state.next_fire is not None and (last is None or state.next_fire <= last):
-                heapq.heappush(heap, (state.next_fire, rule_id))  # else: the period is over
+                self._fires.at(rule_id, state.next_fire)  # else: the period is over
             if fire is not None and fire + rule.slack >= t and rule.period.active(fire):
-                ops.append(self._open_trigger(rule, state, t, fire + rule.slack))
+                ops.append(self._firing.open(rule, state, t, fire + rule.slack))
         return ops
 
     def on_probe(
@@ -520,7 +464,7 @@ class TriggerEvaluator:
         if new_entries and previous_success is not None and previous_success < started_chronon:
             a, b = previous_success, started_chronon
             times: list[int] | None = None
-            for rule_id in self._by_resource.get(resource, ()):
+            for rule_id in self._feeds.on(resource):
                 rule = self._rules[rule_id]
                 if conditional_watch(rule):
                     # Only the matching entries are updates for it (issue 43), dated by their own dates.
@@ -537,54 +481,11 @@ class TriggerEvaluator:
                     ops.extend(self._rule_changes(rule_id, resource, times))
         elif new_entries and previous_success is None:
             ops.extend(self._first_probe_updates(resource, started_chronon, prepared))
-        for rule_id in self._by_resource.get(resource, ()):
+        for rule_id in self._feeds.on(resource):
             rule = self._rules[rule_id]
-            if not isinstance(rule, TriggerRule):
-                continue
-            state = self._trigger_state[rule_id]
-            baseline: list[Prepared] | None = None
-            if not state.baselined:
-                # Issue 23: this probe sets the rule's baseline; the backlog does not fire it.
-                seen = new_entries if document is None else document
-                baseline = [Prepared(e) for e in self._after_baseline(rule, state, seen)]
-                state.baselined = True
-                self._dirty.add(rule_id)
-            # An alert's CEI is decided by the probe that finds its update, even late (its
-            # engine outcome, captured or missed, is the window's): the user is told what
-            # matched either way. A query rule's trigger EI is decided only inside its window.
-            alert = not rule.queries
-            due = [c for c, (s, f) in state.open.items()
-                   if s <= started_chronon and (alert or started_chronon <= f)]
-            counting = rule.condition is not None and rule.condition.every_nth is not None
-            if not due and not counting:
-                # Nothing to decide. A temporal rule's next check still sees what this probe
-                # found new (another rule's probe, or a poll, took it first): remember whether
-                # it met the condition, not the entries.
-                if (rule.mode != "notify" and (baseline or new_entries)
-                        and started_chronon not in state.carry
-                        and self._condition_holds(rule, state, baseline if baseline is not None else prepared)):
-                    carry_probe(state, started_chronon)
-                    self._dirty.add(rule_id)
-                continue
-            entries = baseline if baseline is not None else prepared
-            # Probes that started by now and found a match since the last check fire the rule
-            # (counting rules carry nothing: they count every probe).
-            carried = bisect.bisect_right(state.carry, started_chronon)
-            if carried:
-                del state.carry[:carried]
-                self._dirty.add(rule_id)
-            fired = carried > 0 or self._condition_holds(rule, state, entries)
-            # What matched is told (issue 43): this probe's matching entries. A temporal rule
-            # fired only by what earlier probes found (the carry keeps no entries) tells none.
-            told = self._told(rule, rule.resource, entries) if fired and due else ()
-            for cei_id in due:
-                del state.open[cei_id]
-                self._open_index.pop(cei_id, None)
-                self._dirty.add(rule_id)
-                if fired:
-                    ops.extend(self._query_eis(rule, cei_id, started_chronon, told))
-                else:
-                    ops.append(SealCei(cei_id))
+            if isinstance(rule, TriggerRule):  # decided by proxy.rules._firing
+                ops.extend(self._firing.decide(rule, self._trigger_state[rule_id], started_chronon,
+                                               new_entries, prepared, document))
         return ops
 
     def _first_probe_updates(self, resource: int, started: int, new_entries: list[Prepared]) -> list[Op]:
@@ -601,7 +502,7 @@ class TriggerEvaluator:
         """
         ops: list[Op] = []
         published = [e.entry.published for e in new_entries]
-        for rule_id in self._by_resource.get(resource, ()):
+        for rule_id in self._feeds.on(resource):
             state = self._trigger_state.get(rule_id) or self._watch_state.get(rule_id)
             if state is None or state.since is None:
                 continue
@@ -653,7 +554,7 @@ class TriggerEvaluator:
         decides for it.
         """
         ops: list[Op] = []
-        for rule_id in self._by_resource.get(resource, ()):
+        for rule_id in self._feeds.on(resource):
             rule = self._rules[rule_id]
             if conditional_watch(rule):
                 continue
@@ -670,9 +571,9 @@ class TriggerEvaluator:
         if isinstance(rule, TriggerRule):
             state = self._trigger_state[rule_id]
             if rule.mode == "notify" and rule.period.active(t) and state.last_open != t:
-                return [self._open_trigger(rule, state, t, t + rule.slack)]
+                return [self._firing.open(rule, state, t, t + rule.slack)]
             return []
-        return self._watch(rule, self._watch_state[rule_id], resource, t)
+        return watch_update(rule, self._watch_state[rule_id], resource, t, self._open, self._waiting, self._dirty)
 
     def on_trigger_missed(self, cei_id: str) -> list[Op]:
         """The engine reports ``cei_id`` missed: drop its state; returns ``[SealCei]`` if it was open.
@@ -703,7 +604,7 @@ class TriggerEvaluator:
 
     def _forget_open(self, cei_id: str) -> bool:
         """Drop an open CEI from its rule's state (a watch rule's current one dies); False if unknown."""
-        rule_id = self._open_index.pop(cei_id, None)
+        rule_id = self._open.release(cei_id)
         if rule_id is None:
             return False
         self._dirty.add(rule_id)
@@ -730,56 +631,33 @@ class TriggerEvaluator:
         Not the update models (their owner persists them: ``FeedUpdateModels.snapshot``).
         """
         rule = self._rules[rule_id]
-        if isinstance(rule, TriggerRule):
-            return self._trigger_state[rule_id].snapshot(self._pinged_list(rule_id))
-        return self._watch_state[rule_id].snapshot(self._pinged_list(rule_id))
-
-    def _pinged_list(self, rule_id: str) -> list[list[int]]:
-        """The rule's last ping per feed, ``[[feed, chronon], ...]`` by feed."""
-        return [[r, t] for r, t in sorted(self._pinged.get(rule_id, {}).items())]
+        state = self._trigger_state[rule_id] if isinstance(rule, TriggerRule) else self._watch_state[rule_id]
+        return state.snapshot(pinged_list(self._pinged.get(rule_id, {})))
 
     def restore_state(self, rule_id: str, data: Mapping[str, Any]) -> None:
         """Restore what :meth:`snapshot_state` returned, after :meth:`add_profile` installed the rule."""
         rule = self._rules.get(rule_id)
         if rule is None:
             raise RuleStateError(f"rule {rule_id!r} is not installed")
-        kind = "trigger" if isinstance(rule, TriggerRule) else "watch"
-        if data.get("version") != STATE_VERSION or data.get("kind") != kind:
-            raise RuleStateError(
-                f"rule {rule_id!r}: state has version {data.get('version')!r} kind {data.get('kind')!r}, "
-                f"expected version {STATE_VERSION} kind {kind!r}"
-            )
-        try:
-            # States saved before pings were stored have none: a ping just before the restart
-            # may then be counted again by the probe that confirms it.
-            pinged = {int(r): int(t) for r, t in data.get("pinged", [])}
-            if isinstance(rule, TriggerRule):
-                ts = TriggerState.restore(data)
-                for cei_id in self._trigger_state[rule_id].open:
-                    self._open_index.pop(cei_id, None)
-                self._trigger_state[rule_id] = ts
-                for cei_id, (_, finish) in ts.open.items():
-                    self._open_index[cei_id] = rule_id
-                    heapq.heappush(self._sweep_heap, (finish + self.probe_grace, cei_id))
-                if rule.mode != "notify":
-                    if ts.next_fire is None:
-                        self._unanchored[rule_id] = None
-                    else:
-                        self._unanchored.pop(rule_id, None)
-                        heapq.heappush(self._fire_heap, (ts.next_fire, rule_id))
-            else:
-                oldw = self._watch_state[rule_id]
-                if oldw.cei_id is not None:
-                    self._open_index.pop(oldw.cei_id, None)
-                ws = WatchState.restore(data)
-                self._waiting.wait([r for r in oldw.covered if r not in ws.covered], +1)
-                self._waiting.wait([r for r in ws.covered if r not in oldw.covered], -1)
-                self._watch_state[rule_id] = ws
-                self._reweigh(rule_id, rule)
-                if ws.cei_id is not None and ws.alive:
-                    self._open_index[ws.cei_id] = rule_id
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RuleStateError(f"rule {rule_id!r}: malformed state ({exc!r})") from None
+        state, pinged = restore_rule_state(rule_id, "trigger" if isinstance(rule, TriggerRule) else "watch", data)
+        if isinstance(state, TriggerState):
+            for cei_id in self._trigger_state[rule_id].open:
+                self._open.release(cei_id)
+            self._trigger_state[rule_id] = state
+            for cei_id, (_, finish) in state.open.items():
+                self._open.hold(cei_id, rule_id, finish)
+            if isinstance(rule, TriggerRule) and rule.mode != "notify":
+                self._fires.at(rule_id, state.next_fire)
+        else:
+            oldw = self._watch_state[rule_id]
+            if oldw.cei_id is not None:
+                self._open.release(oldw.cei_id)
+            self._waiting.wait([r for r in oldw.covered if r not in state.covered], +1)
+            self._waiting.wait([r for r in state.covered if r not in oldw.covered], -1)
+            self._watch_state[rule_id] = state
+            self._reweigh(rule_id, rule)
+            if state.cei_id is not None and state.alive:
+                self._open.hold(state.cei_id, rule_id)
         if pinged:
             self._pinged[rule_id] = pinged
         else:
@@ -799,11 +677,11 @@ class TriggerEvaluator:
 
     def open_cei_ids(self) -> list[str]:
         """CEIs this evaluator may still grow or seal, sorted (the same before and after a restore)."""
-        return sorted(self._open_index)
+        return self._open.ids()
 
     def holds_open(self, cei_id: str) -> bool:
         """Whether this evaluator may still grow or seal ``cei_id`` (one of :meth:`open_cei_ids`)."""
-        return cei_id in self._open_index
+        return cei_id in self._open
 
     # ------------------------------------------------------------------ internals
 
@@ -813,80 +691,8 @@ class TriggerEvaluator:
         since = None if state is None else state.since
         return since is not None and t < since
 
-    def _after_baseline(
-        self, rule: TriggerRule, state: TriggerState, entries: Sequence[EntryLike]
-    ) -> list[EntryLike]:
-        """The entries of a rule's baseline probe that may fire it.
-
-        Those published in or after the chronon the rule was installed in, and
-        the rule's ``backfill`` newest of the others (undated entries count as
-        the oldest: nothing says they are recent).
-        """
-        since = state.since
-        if since is None:
-            return list(entries)
-        fresh: list[EntryLike] = []
-        old: list[EntryLike] = []
-        for e in entries:
-            (fresh if e.published is not None and self.clock.chronon_at(e.published) >= since else old).append(e)
-        if rule.backfill and old:
-            dated = sorted((e for e in old if e.published is not None), key=lambda e: e.published, reverse=True)  # type: ignore[arg-type,return-value]
-            undated = [e for e in old if e.published is None]
-            fresh.extend((dated + undated)[: rule.backfill])
-        return fresh
-
-    def _next_id(self, rule_id: str, seq: int) -> str:
-        return f"{rule_id}:{seq}"
-
-    def _open_trigger(self, rule: TriggerRule, state: TriggerState, t: int, finish: int) -> OpenCei:
-        cei_id = self._next_id(rule.rule_id, state.seq)
-        state.seq += 1
-        state.last_open = t
-        state.open[cei_id] = (t, finish)
-        self._open_index[cei_id] = rule.rule_id
-        heapq.heappush(self._sweep_heap, (finish + self.probe_grace, cei_id))
-        self._dirty.add(rule.rule_id)
-        # Unsealed: the trigger's outcome decides whether the query EIs join (main paper §2.1).
-        return OpenCei(cei_id, rule.profile_id, rule.rule_id, ((rule.resource, t, finish),), sealed=False)
-
-    def _condition_holds(self, rule: TriggerRule, state: TriggerState, entries: list[Prepared]) -> bool:
-        cond = rule.condition
-        if cond is None:
-            return bool(entries)
-        index = self._index.get(rule.resource) if selective(cond) else None
-        if index is None:
-            matching = len(entries)
-        elif cond.every_nth is None:  # any match will do: stop at the first
-            return any(rule.rule_id in e.matches(index) for e in entries)
-        else:
-            matching = sum(1 for e in entries if rule.rule_id in e.matches(index))
-        if cond.every_nth is None:
-            return matching > 0
-        before = state.nth_count
-        state.nth_count += matching
-        if matching:
-            self._dirty.add(rule.rule_id)
-        # Paper 002 §2.1, "WHEN COUNT(*) % X = 0": some entry of this batch is the X-th, 2X-th, …
-        return state.nth_count // cond.every_nth > before // cond.every_nth
-
-    def _query_eis(
-        self, rule: TriggerRule, cei_id: str, t: int, told: tuple[MatchedEntry, ...] = ()
-    ) -> list[Op]:
-        if not rule.queries:  # a single-feed alert: the trigger's EI alone, fired
-            return [SealCei(cei_id, fired=True, matched=told)]
-        ops: list[Op] = []
-        last = len(rule.queries) - 1
-        for i, q in enumerate(rule.queries):
-            finish = t + q.within if q.within is not None else self._overwrite_finish(q.resource, t)
-            # The trigger's matching entries ride on the first query EI: told once per CEI.
-            ops.append(RevealEi(cei_id, q.resource, t, finish, seal=i == last,
-                                matched=told if i == 0 else ()))
-        return ops
-
     def _index_of(self, rule: CompiledRule, resource: int) -> KeywordIndex[str] | None:
-        """The feed's automaton when ``rule`` picks entries by keywords or a regex, else None."""
-        cond = rule.condition
-        return self._index.get(resource) if cond is not None and selective(cond) else None
+        return self._firing.index_of(rule, resource)
 
     def _matching(self, rule: CompiledRule, resource: int, entries: list[Prepared]) -> list[Prepared]:
         """The entries of ``resource`` that meet ``rule``'s condition (every entry without one)."""
@@ -895,43 +701,3 @@ class TriggerEvaluator:
     def _told(self, rule: CompiledRule, resource: int, entries: list[Prepared]) -> tuple[MatchedEntry, ...]:
         """What ``rule`` tells of ``entries`` when it fires (:func:`proxy.rules._telling.told`)."""
         return told(rule.rule_id, self._index_of(rule, resource), resource, entries)
-
-    def _overwrite_finish(self, resource: int, t: int) -> int:
-        """The last chronon of an ``overwrite`` EI starting at ``t``: before the feed's expected next update."""
-        at = self.clock.start_of(t).timestamp() - self.models.settings.origin
-        expected = self.models.next_expected_update(resource, at)
-        if not math.isfinite(expected):
-            return t + MAX_OVERWRITE - 1
-        chronons = math.ceil((expected - at) / self.clock.length - 1e-9)
-        return t + min(max(chronons, 1), MAX_OVERWRITE) - 1
-
-    def _watch(self, rule: WatchRule, state: WatchState, resource: int, t: int) -> list[Op]:
-        # AuctionWatch (main paper §4): CEI j+1 takes, for each feed, its first update
-        # strictly after the last EI start of CEI j; later updates of a covered feed wait.
-        if not rule.period.active(t) or t <= state.prev_last_start or resource in state.covered:
-            return []
-        ei = (resource, t, t + rule.within)
-        complete = len(state.covered) + 1 == len(rule.resources)
-        ops: list[Op] = []
-        self._dirty.add(rule.rule_id)
-        if state.cei_id is None:
-            state.cei_id = self._next_id(rule.rule_id, state.seq)
-            state.seq += 1
-            state.alive = True
-            ops.append(OpenCei(state.cei_id, rule.profile_id, rule.rule_id, (ei,), sealed=complete, fired=True))
-            if not complete:
-                self._open_index[state.cei_id] = rule.rule_id
-        elif state.alive:
-            ops.append(RevealEi(state.cei_id, *ei, seal=complete))
-        state.covered[resource] = t
-        self._waiting.wait((resource,), -1)  # its later updates wait for the next CEI
-        if complete:
-            state.prev_last_start = max(state.covered.values())
-            self._open_index.pop(state.cei_id, None)
-            state.cei_id = None
-            state.covered = {}
-            self._waiting.wait(rule.resources, +1)
-        self._reweigh(rule.rule_id, rule)
-        return ops
-
-
