@@ -3,11 +3,11 @@
 Against flask-websub's hub (tests/websub_hub.py), the feed farm publishing to it, the service
 under uvicorn so that the hub reaches its callbacks:
 
-- a push captures a single-feed alert's EI with no probe of the feed, and the entry it
-  carries, found again by the probe after it, fires the rule once (issue 43's dedupe across
-  push and probe);
-- a short lease (the hub grants less than the proxy asks) is renewed, at 85% of it, before it ends; the pushed feed gets one health
-  probe per lease and no other;
+- a push captures a single-feed alert's EI with no probe of the feed, and stores its entry;
+- a short lease (the hub grants less than the proxy asks) is renewed at 85% of it, before it
+  ends; the health probe after the push (one per lease) finds the pushed entry known, so it
+  fires the rule once (issue 43's dedupe across push and probe), and the same document
+  delivered again fires nothing;
 - the hub stops: the health probe finds what the hub never sent (or the lease lapses
   unrenewed), the proxy polls the feed again, and the update published meanwhile is not lost.
 """
@@ -19,9 +19,11 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from proxy.farm import FeedFarm
+from proxy.feeds.websub import sign
 from proxy.ports import free_port
 from proxy.service.loop import PUSH_OUTCOME
 from tests.test_e2e_support import Running, e2e_settings, eventually, running
@@ -119,7 +121,7 @@ async def test_a_short_lease_is_renewed_and_a_probe_after_the_push_fires_nothing
     with websub_hub(tmp_path, HUB_MIN_LEASE_SECONDS=1, HUB_DEFAULT_LEASE_SECONDS=lease,
                     HUB_MAX_LEASE_SECONDS=lease) as hub:
         async with FeedFarm(["pushed"], prefill=2, hub=hub.url, epoch=now()) as farm, \
-                running(settings) as px, served(px, port):
+                running(settings) as px, served(px, port) as base:
             px.service.websub.reconcile_every = 0.2
             feed = await subscribe(px, farm, hub, "pushed")
             first = await px.service.store.websub_of_feed(feed)
@@ -164,6 +166,25 @@ async def test_a_short_lease_is_renewed_and_a_probe_after_the_push_fires_nothing
             assert titles.count("Oil prices jump") == 1
             # The probe found nothing the hub had not pushed: the feed stays quiet.
             assert px.service.runtime.feeds.by_id[feed].resource not in px.service.loop._silent
+
+            # The same document delivered again (hubs retry, §7), after the probe: nothing new.
+            sub = await px.service.store.websub_of_feed(feed)
+            assert sub is not None
+            async with httpx.AsyncClient() as client:
+                body = (await client.get(farm.url("pushed"))).content
+                r = await client.post(f"{base}/websub/{sub.callback_id}", content=body,
+                                      headers={"X-Hub-Signature": sign("sha256", sub.secret, body)})
+            assert r.status_code == 202
+
+            async def settled_again() -> bool:
+                rows = await px.service.store.list_probes(feed)
+                return sum(p.outcome == PUSH_OUTCOME for p in rows) == 2
+
+            await eventually(settled_again, what="the second delivery settled")
+            await px.service.flush()
+            [cei] = await ceis(px, profile)
+            titles = [e.title for e in await px.service.store.list_entries(feed)]
+            assert titles.count("Oil prices jump") == 1
 
 
 async def test_with_the_hub_stopped_the_feed_is_polled_and_no_update_is_lost(

@@ -442,3 +442,25 @@ async def test_the_ui_works_behind_a_path_prefix(sqlite_url: str) -> None:
         overview = await alice.get("/overview")
         assert overview.status_code == 200 and 'href="/proxy/ui/feeds"' in overview.text
         assert (await alice.client.get("/proxy/ui/static/ui.js")).status_code == 200
+
+
+async def test_the_feed_page_shows_its_push_state_as_the_api_does(web: Any) -> None:
+    """Issue 44: the feed page says whether the feed is pushed (WebSub), as ``push`` in
+    GET /api/v1/feeds/{id} does."""
+    service, b = web
+    alice = b["alice"]
+    await alice.sign_in()
+    fid = (await alice.client.post("/api/v1/feeds", json={"url": "http://127.0.0.1:9/pushed.xml"},
+                                   headers=alice.api())).json()["id"]
+    page = " ".join((await alice.get(f"/feeds/{fid}")).text.split())
+    assert "Push (WebSub): none, the feed is polled." in page
+    store = service.store
+    sub = await store.websub_create(fid, hub="http://127.0.0.1:9/hub", topic="http://127.0.0.1:9/pushed.xml",
+                                    callback_id="cb-web", secret="s3cret")
+    lease = dt.datetime(2030, 1, 2, 3, 4, tzinfo=dt.UTC)
+    await store.websub_update(sub.id, state="subscribed", lease_seconds=3600, lease_expires_at=lease)
+    api = (await alice.client.get(f"/api/v1/feeds/{fid}", headers=alice.api())).json()["push"]
+    assert api["state"] == "subscribed"
+    page = " ".join((await alice.get(f"/feeds/{fid}")).text.split())
+    assert ("Push (WebSub): subscribed at http://127.0.0.1:9/hub, lease until 2030-01-02 03:04 UTC; "
+            "no push yet.") in page

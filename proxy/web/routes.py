@@ -459,8 +459,9 @@ class WebUi:
         why = explain(registered.feed, probes[0] if probes else None, dt.datetime.now(dt.UTC))
         model = await service.update_model(registered.feed)
         expected = None if model is None else model.next_expected_at()  # as GET /api/v1/feeds/{id} says it
+        push = await service.push_status(feed_id)  # the API's `push` (issue 44, docs/websub.md)
         return self._page(request, "feed.html", session, r=registered, history=history,
-                          why=why.replace(shared, own), model=model, expected=expected)
+                          why=why.replace(shared, own), model=model, expected=expected, push=push)
 
     async def import_feeds(self, request: Request) -> Response:
         posted = await self._posted(request)
