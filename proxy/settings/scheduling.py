@@ -41,7 +41,7 @@ class SchedulingSettings(SettingsGroup):
         ),
     )
     discovery_revisit_factor: float = Field(
-        default=3.0, ge=0, le=100,
+        default=5.0, ge=0, le=100,
         description=(
             "The longest a watched feed that never pings may go unprobed, as a multiple of a plain "
             "round-robin's cycle over the watched feeds (feeds / budget chronons), never below the "
