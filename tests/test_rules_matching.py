@@ -193,11 +193,20 @@ entries = st.builds(
 )
 
 
+class _ByWordRuns(KeywordIndex[int]):
+    """Single-word keywords found by the text's word runs however few (a big index's way)."""
+
+    word_runs_from = 0
+
+
+@pytest.mark.parametrize("kind", [KeywordIndex, _ByWordRuns], ids=["automaton", "word-runs"])
 @settings(max_examples=300, deadline=None)
 @given(rules=st.lists(conditions(), min_size=1, max_size=8), batch=st.lists(entries, min_size=1, max_size=4),
        removed=st.sets(st.integers(0, 7), max_size=3))
-def test_index_equals_conditions_one_by_one(rules: list[Condition], batch: list[E], removed: set[int]) -> None:
-    index: KeywordIndex[int] = KeywordIndex()
+def test_index_equals_conditions_one_by_one(
+    kind: type[KeywordIndex[int]], rules: list[Condition], batch: list[E], removed: set[int],
+) -> None:
+    index: KeywordIndex[int] = kind()
     for i, cond in enumerate(rules):
         index.add(i, cond)
     for entry in batch:

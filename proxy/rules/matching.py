@@ -65,9 +65,10 @@ gives exactly what :meth:`Condition.match` gives rule by rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, TypeVar
 
 import ahocorasick
 
@@ -95,6 +96,10 @@ DEFAULT_FIELDS: tuple[FieldName, ...] = ("title", "summary")
 
 # Joins categories for keywords: neither whitespace nor a word character (see the docstring).
 _CATEGORY_JOIN = "\x00"
+# A maximal run of word characters. For str patterns CPython's re takes a word character to be
+# exactly ``ch.isalnum() or ch == "_"`` (_sre's SRE_UNI_IS_WORD), our definition: a keyword made
+# of word characters only occurs whole-word exactly where it is one of these runs.
+_WORD_RUN = re.compile(r"\w+")
 
 
 def normalize_text(text: str) -> str:
@@ -276,7 +281,7 @@ _FIELD_OF_BIT: Mapping[int, FieldName] = {1 << i: f for i, f in enumerate(FIELDS
 class _Rule:
     """A condition flattened for :meth:`KeywordIndex.match`'s inner loop (the same semantics)."""
 
-    __slots__ = ("all", "condition", "contains", "exclude", "mask", "order", "plain", "regex")
+    __slots__ = ("all", "condition", "contains", "exclude", "mask", "order", "regex", "simple")
 
     def __init__(self, condition: Condition) -> None:
         self.condition = condition
@@ -291,10 +296,9 @@ class _Rule:
         # lowest bit of its mask; else the (bit, field) pairs in the rule's order.
         canonical = list(condition.fields) == [f for f in FIELDS if f in condition.fields]
         self.order = None if canonical else tuple((_BIT[f], f) for f in condition.fields)
-        # Only contains, in FIELDS order: what matched is its first keyword, when that one hits.
-        self.plain = bool(
-            canonical and self.contains and not self.all and not self.exclude and self.regex is None
-        )
+        # Only contains (and exclude), in FIELDS order: it matches when no exclude keyword hits
+        # and what matched is the first contains keyword that does: decided by set operations.
+        self.simple = bool(canonical and self.contains and not self.all and self.regex is None)
 
     def first(self, where: int) -> FieldName:
         """The rule's first field in the (non-empty) field mask ``where``."""
@@ -304,6 +308,18 @@ class _Rule:
 
 
 RuleId = TypeVar("RuleId", bound=Hashable)
+K1 = TypeVar("K1", bound=Hashable)
+K2 = TypeVar("K2", bound=Hashable)
+
+
+def _discard(index: dict[K1, dict[K2, set[RuleId]]], outer: K1, inner: K2, rule_id: RuleId) -> None:
+    """Take ``rule_id`` out of ``index[outer][inner]``, dropping what it leaves empty."""
+    groups = index[outer]
+    groups[inner].discard(rule_id)
+    if not groups[inner]:
+        del groups[inner]
+        if not groups:
+            del index[outer]
 
 
 class KeywordIndex(Generic[RuleId]):
@@ -311,32 +327,49 @@ class KeywordIndex(Generic[RuleId]):
 
     Every keyword of every rule (``contains``, ``all`` and ``exclude``) is a key of
     one Aho–Corasick automaton (pyahocorasick), rebuilt lazily on the first
-    :meth:`match` after an :meth:`add` or :meth:`remove`. :meth:`match` folds
+    :meth:`match` after an :meth:`add` or :meth:`remove`; once there are
+    :attr:`word_runs_from` single-word keywords, those are found instead as the
+    text's runs of word characters that are keywords (one set intersection, in C:
+    a whole-word occurrence of a word is exactly such a run), and the automaton
+    keeps the phrases and the keywords with other characters. :meth:`match` folds
     each field some rule reads once, scans it once, keeps the whole-word hits,
     and evaluates only the rules reached from a hit keyword through an inverted
     index (keyword → rules with it in ``contains`` or ``all``), plus the rules
     with neither (only ``exclude``/``regex``/``every_nth``), which are checked
-    directly. *Plain* rules (only ``contains``, fields in the order of
-    :data:`FIELDS`) are not even evaluated when their first keyword hits: that
-    keyword is what matched, for all of them at once. The result is what each
-    rule's :meth:`Condition.match` would give (a property test holds it to that).
+    directly. *Simple* rules (only ``contains`` and ``exclude``, fields in the
+    order of :data:`FIELDS`), most rules, are never evaluated one by one: they
+    sit in groups by (keyword, its position in ``contains``, fields), and a hit
+    keyword decides each group it heads at once, the earliest position winning
+    (what matched is a rule's first ``contains`` keyword that occurs); the rules
+    an ``exclude`` hit rules out are one set union, taken away at the end. The
+    result is what each rule's :meth:`Condition.match` would give (a property
+    test holds it to that).
 
     Adding or removing a rule costs its keywords, not the index's size; the
     automaton is then rebuilt on the next :meth:`match` (about a second for
     50,000 rules, ``docs/bench-rules.md``), so batch changes between entries.
     """
 
+    word_runs_from: ClassVar[int] = 6000
+    """How many single-word keywords make finding them by the text's word runs pay: a fixed
+    cost per entry (``docs/bench-rules.md``), where the automaton's grows with its keywords."""
+
     def __init__(self) -> None:
         self._rules: dict[RuleId, _Rule] = {}
         # folded keyword → the rules reached through it that must be evaluated (contains/all)
         self._positive: dict[str, set[RuleId]] = {}
-        # folded keyword → (field mask, keyword as written) → the *plain* rules (only
-        # ``contains``, fields in FIELDS order) whose first keyword it is: a hit decides them
-        # all at once, with one shared Match (see match()).
-        self._first: dict[str, dict[tuple[int, str], set[RuleId]]] = {}
+        # folded keyword → (its position in contains, field mask, as written) → the *simple*
+        # rules (only contains and exclude, fields in FIELDS order) with it there: a hit decides
+        # them all at once, with one shared Match, unless an earlier keyword of theirs hit too.
+        self._groups: dict[str, dict[tuple[int, int, str], set[RuleId]]] = {}
+        # folded keyword → field mask → the simple rules that exclude it
+        self._excluders: dict[str, dict[int, set[RuleId]]] = {}
+        self._depth = 0  # the most contains keywords of a simple rule added (positions to order)
         self._uses: dict[str, int] = {}  # folded keyword → uses of any kind: the automaton's keys
         self._unindexed: set[RuleId] = set()  # rules with no contains/all keyword
         self._automaton: ahocorasick.Automaton | None = None
+        # The keywords of word characters only, found by the text's word runs, not the automaton.
+        self._words: frozenset[str] = frozenset()
         self._field_uses = [0] * len(FIELDS)  # how many rules read each field
         self._matches: dict[tuple[str, FieldName, str], Match] = {}
 
@@ -347,29 +380,29 @@ class KeywordIndex(Generic[RuleId]):
         return rule_id in self._rules
 
     @staticmethod
-    def _routes(rule: _Rule) -> tuple[tuple[str, tuple[int, str]] | None, set[str]]:
-        """How a rule is reached: its plain first keyword (if plain), and the keywords to evaluate it from."""
+    def _routes(rule: _Rule) -> tuple[list[tuple[str, tuple[int, int, str]]], list[str], set[str]]:
+        """How a rule is reached: a simple rule's groups and excluded keywords, or the keywords
+        to evaluate another rule from."""
         condition = rule.condition
-        first: tuple[str, tuple[int, str]] | None = None
-        positive = {k.folded for k in (*condition.contains, *condition.all)}
-        if rule.plain:
-            head = condition.contains[0]
-            first = (head.folded, (rule.mask, head.written))
-            # Reached through a later keyword only when the first did not hit: evaluated then.
-            positive.discard(head.folded)
-        return first, positive
+        if rule.simple:
+            groups = [(k.folded, (i, rule.mask, k.written)) for i, k in enumerate(condition.contains)]
+            return groups, list(dict.fromkeys(k.folded for k in condition.exclude)), set()
+        return [], [], {k.folded for k in (*condition.contains, *condition.all)}
 
     def add(self, rule_id: RuleId, condition: Condition) -> None:
         """Index ``condition`` under ``rule_id`` (replacing the rule's previous one)."""
         if rule_id in self._rules:
             self.remove(rule_id)
         rule = self._rules[rule_id] = _Rule(condition)
-        first, positive = self._routes(rule)
-        if first is not None:
-            self._first.setdefault(first[0], {}).setdefault(first[1], set()).add(rule_id)
+        groups, excluded, positive = self._routes(rule)
+        for folded, key in groups:
+            self._groups.setdefault(folded, {}).setdefault(key, set()).add(rule_id)
+        for folded in excluded:
+            self._excluders.setdefault(folded, {}).setdefault(rule.mask, set()).add(rule_id)
+        self._depth = max(self._depth, len(groups))
         for folded in positive:
             self._positive.setdefault(folded, set()).add(rule_id)
-        if first is None and not positive:
+        if not groups and not positive:
             self._unindexed.add(rule_id)
         for keyword in (*condition.contains, *condition.all, *condition.exclude):
             self._uses[keyword.folded] = self._uses.get(keyword.folded, 0) + 1
@@ -383,14 +416,11 @@ class KeywordIndex(Generic[RuleId]):
         if rule is None:
             return
         condition = rule.condition
-        first, positive = self._routes(rule)
-        if first is not None:
-            groups = self._first[first[0]]
-            groups[first[1]].discard(rule_id)
-            if not groups[first[1]]:
-                del groups[first[1]]
-                if not groups:
-                    del self._first[first[0]]
+        groups, excluded, positive = self._routes(rule)
+        for folded, key in groups:
+            _discard(self._groups, folded, key, rule_id)
+        for folded in excluded:
+            _discard(self._excluders, folded, rule.mask, rule_id)
         for folded in positive:
             users = self._positive[folded]
             users.discard(rule_id)
@@ -409,12 +439,20 @@ class KeywordIndex(Generic[RuleId]):
         self._automaton = None
 
     def _build(self) -> ahocorasick.Automaton:
+        """The automaton over the keywords; with many single-word ones, those go to ``_words``."""
         automaton = ahocorasick.Automaton()
+        words = [folded for folded in self._uses if _WORD_RUN.fullmatch(folded)]
+        if len(words) < self.word_runs_from:
+            words = []
+        apart = set(words)
         for folded in self._uses:
+            if folded in apart:
+                continue
             keyword = _Keyword.of(folded)
             automaton.add_word(folded, (folded, keyword.left, keyword.right, len(folded)))
         if len(automaton):
             automaton.make_automaton()
+        self._words = frozenset(words)
         return automaton
 
     def match(self, entry: EntryFields) -> dict[RuleId, Match]:
@@ -425,13 +463,21 @@ class KeywordIndex(Generic[RuleId]):
         if automaton is None:
             automaton = self._automaton = self._build()
         scan = len(automaton) > 0
+        words = self._words
         hits: dict[str, int] = {}  # folded keyword → mask of the fields it occurs in
         for field, readers in zip(FIELDS, self._field_uses, strict=True):
             bit = _BIT[field]
-            if not readers or not scan:
+            if not readers or not (scan or words):
                 continue
             text = normalize_text(entry_text(entry, field))
             if not text:
+                continue
+            if words:
+                # Single-word keywords: a set intersection with the text's word runs, in C,
+                # rather than an automaton hit and two boundary checks in Python each.
+                for folded in words.intersection(_WORD_RUN.findall(text)):
+                    hits[folded] = hits.get(folded, 0) | bit
+            if not scan:
                 continue
             last = len(text) - 1
             for end, (folded, left, right, size) in automaton.iter(text):
@@ -455,23 +501,37 @@ class KeywordIndex(Generic[RuleId]):
         made = self._matches
         made_get = made.get
         candidates: set[RuleId] = set(self._unindexed)
-        positive, first = self._positive, self._first
+        positive, all_groups, excluders = self._positive, self._groups, self._excluders
+        # The simple rules: each hit group, by the position of its keyword in the rules'
+        # contains; later positions are applied first, so a rule's earliest hit keyword wins.
+        layers: list[list[tuple[int, str, set[RuleId]]]] = [[] for _ in range(self._depth)]
+        excluded: set[RuleId] = set()
         for folded, where_any in hits.items():
-            groups = first.get(folded)
+            groups = all_groups.get(folded)
             if groups:
-                for (mask, written), rule_ids in groups.items():
+                for (pos, mask, written), rule_ids in groups.items():
                     where = where_any & mask
                     if where:
-                        field = field_of_bit[where & -where]
-                        key = ("contains", field, written)
-                        found = made_get(key)
-                        if found is None:
-                            found = made[key] = Match("contains", field, written)
-                        out.update(dict.fromkeys(rule_ids, found))
+                        layers[pos].append((where, written, rule_ids))
+            against = excluders.get(folded)
+            if against:
+                for mask, rule_ids in against.items():
+                    if where_any & mask:
+                        excluded |= rule_ids
             users = positive.get(folded)
             if users:
                 candidates |= users
-        candidates.difference_update(out)  # plain rules decided by their first keyword
+        for layer in reversed(layers):
+            for where, written, rule_ids in layer:
+                field = field_of_bit[where & -where]
+                key = ("contains", field, written)
+                found = made_get(key)
+                if found is None:
+                    found = made[key] = Match("contains", field, written)
+                out.update(dict.fromkeys(rule_ids, found))
+        if excluded and out:
+            for rule_id in excluded:
+                out.pop(rule_id, None)
         # The inner loop of Condition._decide on the hits, without a call per keyword: the
         # property test in tests/test_rules_matching.py holds the two to the same answers.
         for rule_id in candidates:
