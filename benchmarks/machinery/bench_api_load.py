@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _procs import stop  # beside this script: a child may already be gone
 
 from proxy.farm import FarmProcess
 from proxy.ports import free_port
@@ -96,13 +97,7 @@ async def serving(env: dict[str, str], port: int, log: Path) -> AsyncIterator[as
     try:
         yield proc
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc, signal.SIGTERM, grace=20)  # nothing to do for one already gone
 
 
 async def ready(api: httpx.AsyncClient, proc: asyncio.subprocess.Process, within: float) -> None:

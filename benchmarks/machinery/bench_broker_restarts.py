@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _procs import stop  # beside this script: a child may already be gone
+
 from proxy.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,8 +129,7 @@ async def _run(args: argparse.Namespace, base: str, tmp: Path) -> _Outcome:
                 print(f"round {i}: {seconds:.2f} s{' (wiped)' if wipe else ''}", flush=True)
         exposition = await _get(f"http://127.0.0.1:{port}/metrics")
     finally:
-        worker.send_signal(signal.SIGTERM)
-        await worker.wait()
+        await stop(worker, signal.SIGTERM, grace=30)  # it may have exited by itself
         await broker.stop()
     repairs = {sample.labels["kind"]: int(sample.value)
                for family in text_string_to_metric_families(exposition)

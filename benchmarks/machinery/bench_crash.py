@@ -73,7 +73,9 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from bench_delivery_kill import (  # noqa: E402 -- after the path set-up above
+# After the path set-up above: these two live beside this script.
+from _procs import kill as kill_process  # noqa: E402 -- tolerates a child already gone
+from bench_delivery_kill import (  # noqa: E402
     BenchError,
     _cli,
     free_port,
@@ -282,8 +284,7 @@ async def kill_run(args: argparse.Namespace, url: str, workdir: Path) -> KillRes
                         await asyncio.sleep(5)
                         break
                     await asyncio.sleep(rng.uniform(3, 8))
-                    proc.kill()
-                    await proc.wait()
+                    await kill_process(proc)  # it may have died by itself meanwhile
                     res.kills += 1
         finally:
             stop.set()

@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _procs import kill as kill_process  # beside this script: a child may already be gone
+from _procs import stop as stop_process
 from aiohttp import web
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
@@ -264,13 +266,7 @@ async def serving(env: dict[str, str], port: int, log: Path) -> AsyncIterator[as
     try:
         yield proc
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop_process(proc, signal.SIGTERM, grace=15)  # nothing to do for one already gone
 
 
 async def ready(api: httpx.AsyncClient, proc: asyncio.subprocess.Process, within: float) -> None:
@@ -324,8 +320,7 @@ async def _run(cfg: KillRun) -> Audit:
                     if 0 < kill < cfg.kills and rng.random() < cfg.early:
                         await asyncio.sleep(rng.uniform(*cfg.start_kill))
                         early += 1
-                        proc.kill()
-                        await proc.wait()
+                        await kill_process(proc)
                         continue
                     await ready(api, proc, within=60)
                     if kill == 0:
@@ -342,8 +337,7 @@ async def _run(cfg: KillRun) -> Audit:
                         cycling = None
                         break
                     await asyncio.sleep(rng.uniform(*cfg.kill_after))
-                    proc.kill()  # SIGKILL: no shutdown code runs
-                    await proc.wait()
+                    await kill_process(proc)  # SIGKILL: no shutdown code runs
         finally:
             if cycling is not None:
                 cycling.cancel()

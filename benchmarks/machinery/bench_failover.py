@@ -35,6 +35,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _procs import kill, stop  # beside this script: a child may already be gone
+
 from proxy.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,17 +93,11 @@ class Proc:
 
     async def kill(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
+        await kill(self.proc)
 
     async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), 20)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
+        if self.proc is not None:
+            await stop(self.proc, signal.SIGTERM, grace=20)
 
 
 async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -216,8 +212,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     finally:
         for p in procs:
             await p.stop()
-        nats.send_signal(signal.SIGTERM)
-        await nats.wait()
+        await stop(nats, signal.SIGTERM, grace=20)
         await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return {"takeovers": takeovers, "over": over, "twice": twice, "probes": probes,
             "stuck": stuck, "ceis": dict(resolved)}

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _procs import stop  # beside this script: a child may already be gone
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -194,13 +195,7 @@ async def serving(env: dict[str, str], cwd: Path, port: int, log: Path) -> Async
     try:
         yield proc
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc, signal.SIGTERM, grace=60)  # nothing to do for one already gone
 
 
 async def ready(api: httpx.AsyncClient, proc: asyncio.subprocess.Process, within: float) -> None:

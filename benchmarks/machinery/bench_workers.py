@@ -32,6 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from _procs import (  # beside this script: a child may already be gone
+    kill,
+    signal_process,
+    stop,
+    wait_exit,
+)
+
 from proxy.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,14 +133,14 @@ async def _run(args: argparse.Namespace, base: str, tmp: Path) -> list[tuple[int
                     seconds = time.perf_counter() - began
                 finally:
                     for p in procs:
-                        p.send_signal(signal.SIGTERM)
-                    for p in procs:
-                        await p.wait()
+                        signal_process(p, signal.SIGTERM)  # one may have exited by itself
+                    for p in procs:  # all signalled first: they shut down side by side
+                        if await wait_exit(p, 30) is None:
+                            await kill(p)
                 out.append((n, args.probes / seconds, ok))
                 print(f"{n} worker(s): {args.probes / seconds:.0f} probes/s ({ok} ok)", flush=True)
     finally:
-        nats.send_signal(signal.SIGTERM)
-        await nats.wait()
+        await stop(nats, signal.SIGTERM, grace=30)
     return out
 
 
