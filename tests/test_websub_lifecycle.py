@@ -187,6 +187,52 @@ async def test_a_private_hub_is_refused_by_the_ssrf_guard(database_url: str, hub
         assert sub is not None and "SSRF" in (sub.reason or "") and sub.failures == 1
 
 
+class _Rebinding:
+    """DNS that answers a public address first, then loopback: a rebinding attack on the guard."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        self.calls.append(host)
+        return ["93.184.216.34"] if len(self.calls) == 1 else ["127.0.0.1"]
+
+
+async def test_a_hub_whose_host_rebinds_to_a_private_address_is_never_reached(
+    database_url: str, hub: StandIn,
+) -> None:
+    """The check passes on the public answer; the connection resolves again, through the
+    guard, gets loopback and is refused: the hub (really on loopback) hears nothing."""
+    async for w in world(database_url, allow_private_networks=False):
+        dns = _Rebinding()
+        w.service.websub.resolver = dns
+        port = hub.base.rsplit(":", 1)[1]
+        w.service.websub.links_seen(w.feed, FEED_URL, f"http://hub.example:{port}/hub", None)
+        await w.service.websub.reconcile()
+        assert hub.requests == []
+        assert dns.calls == ["hub.example", "hub.example"]  # the check, then the connection
+        sub = await w.service.store.websub_of_feed(w.feed)
+        assert sub is not None and sub.failures == 1
+        assert "SSRF" in (sub.reason or "") and "127.0.0.1" in (sub.reason or "")
+
+
+async def test_a_hub_resolved_through_the_guard_is_reached_when_private_networks_are_allowed(
+    database_url: str, hub: StandIn,
+) -> None:
+    """The same resolver with private networks allowed: the request goes to the address the
+    guard returned (the name itself is never resolved by the system)."""
+    async for w in world(database_url, allow_private_networks=True):
+        dns = _Rebinding()
+        dns.calls.append("warm")  # every answer is loopback
+        w.service.websub.resolver = dns
+        port = hub.base.rsplit(":", 1)[1]
+        w.service.websub.links_seen(w.feed, FEED_URL, f"http://hub.example:{port}/hub", None)
+        await w.service.websub.reconcile()
+        assert [path for path, _ in hub.requests] == ["/hub"]
+        sub = await w.service.store.websub_of_feed(w.feed)
+        assert sub is not None and sub.failures == 0 and sub.state == "pending"
+
+
 async def test_without_a_public_url_websub_is_off(database_url: str, hub: StandIn) -> None:
     async for w in world(database_url, public_url=None):
         assert not w.service.websub.enabled

@@ -91,6 +91,7 @@ __all__ = [
     "GuardedResolver",
     "Prober",
     "check_feed_url",
+    "guarded_client",
 ]
 
 log = logging.getLogger(__name__)
@@ -251,6 +252,32 @@ async def check_feed_url(url: str, policy: AddressPolicy, resolver: HostResolver
         policy.check_addresses(host, addresses)
     except AddressRefusedError as exc:
         raise FeedUrlRefusedError(url, exc.reason) from exc
+
+
+def guarded_client(
+    policy: AddressPolicy,
+    resolver: HostResolver,
+    *,
+    user_agent: str,
+    timeout: float,
+) -> httpx.AsyncClient:
+    """An httpx client for the proxy's requests other than probes (a WebSub hub's
+    subscription requests) that connects only where the SSRF guard allows.
+
+    It resolves through :class:`GuardedResolver`, as probes do: the connection goes
+    to exactly the addresses checked, so a host that resolved to a public address
+    for :func:`check_feed_url` cannot rebind to a private one for the request. A
+    refused address fails the request with ``aiohttp.ClientConnectorError`` (an
+    ``OSError``) whose cause is :class:`AddressRefusedError`. No redirects are
+    followed, no cookies kept, no environment proxy used.
+    """
+    connector = aiohttp.TCPConnector(resolver=GuardedResolver(policy, resolver), ttl_dns_cache=60)
+    session = aiohttp.ClientSession(connector=connector, trust_env=False)
+    return CookielessAsyncClient(
+        transport=LeanAiohttpTransport(session),
+        headers={"User-Agent": user_agent},
+        timeout=httpx.Timeout(timeout),
+    )
 
 
 class _TooLargeError(Exception):

@@ -40,13 +40,15 @@ import secrets
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
+import aiohttp
 import httpx
 import structlog
 
 from proxy.errors import FeedNotFoundError
-from proxy.feeds import Entry, FeedUrlRefusedError, SystemResolver
-from proxy.feeds.fetch import check_feed_url
+from proxy.feeds import Entry, FeedUrlRefusedError, HostResolver, SystemResolver
+from proxy.feeds.fetch import check_feed_url, guarded_client
 from proxy.feeds.parse import FeedParseError, parse_document
+from proxy.feeds.ssrf import AddressRefusedError
 from proxy.feeds.websub import signature_valid
 from proxy.service._arrivals import Arrivals
 from proxy.service._ratelimit import TokenBuckets
@@ -69,6 +71,8 @@ BACKOFF_MAX = dt.timedelta(hours=6)
 #: An unsubscription never verified is forgotten after this many attempts (the lease lapses).
 UNSUBSCRIBE_ATTEMPTS = 5
 MAX_REDIRECTS = 3
+#: Seconds a hub has to answer one subscription request.
+HUB_TIMEOUT = 10.0
 RECONCILE_EVERY = 5.0
 
 
@@ -90,6 +94,28 @@ class CallbackAnswer:
     body: str = ""
     retry_after: float | None = None
     """Seconds, for a 429 (RFC 9110 §10.2.3): when the hub may deliver again."""
+
+
+class _ResolveVia:
+    """Resolves through ``websub.resolver`` as it is at each request (tests replace it)."""
+
+    def __init__(self, websub: WebSub) -> None:
+        self._websub = websub
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        return await self._websub.resolver.resolve(host, port)
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The SSRF guard's reason, when it is what failed a hub request (a rebound address)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, AddressRefusedError):
+            return current.reason
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _backoff(failures: int) -> dt.timedelta:
@@ -114,6 +140,8 @@ class WebSub:
         self._api_loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
+        #: How hub hosts are resolved (checked by the SSRF guard); tests give their own.
+        self.resolver: HostResolver = SystemResolver()
         self.reconcile_every = RECONCILE_EVERY
         #: One reconciliation at a time (the task's, and a caller's: tests, operators).
         self._round = asyncio.Lock()
@@ -137,9 +165,11 @@ class WebSub:
         log.info("websub_on", callback_base=f"{self.public_url}/websub/")
         self._api_loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0), follow_redirects=False,
-            headers={"User-Agent": self._s.settings.user_agent})
+        # Hub requests resolve through the SSRF guard, as probes do: the connection goes to
+        # the addresses checked, so a hub's host cannot rebind to a private one (issue 44).
+        self._client = guarded_client(
+            fetcher_settings(self._s.settings).address_policy, _ResolveVia(self),
+            user_agent=self._s.settings.user_agent, timeout=HUB_TIMEOUT)
         if self._s.loop is not None:
             self._s.loop.on_push_links = self.links_seen
         self._task = asyncio.create_task(self._run(), name="websub")
@@ -315,12 +345,17 @@ class WebSub:
         url = hub
         for _ in range(MAX_REDIRECTS + 1):
             try:
-                await check_feed_url(url, policy, SystemResolver())
+                await check_feed_url(url, policy, self.resolver)
             except FeedUrlRefusedError as exc:
                 return f"hub refused by the SSRF guard: {exc}"
             try:
-                resp = await self._client.post(url, data=form)
-            except httpx.HTTPError as exc:
+                async with asyncio.timeout(HUB_TIMEOUT):
+                    resp = await self._client.post(url, data=form)
+                    await resp.aread()
+            except (httpx.HTTPError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                refused = _refusal(exc)
+                if refused is not None:
+                    return f"hub refused by the SSRF guard: {refused}"
                 return f"{type(exc).__name__}: {exc}"[:500]
             if resp.status_code in (307, 308) and "location" in resp.headers:
                 url = urljoin(url, resp.headers["location"])
