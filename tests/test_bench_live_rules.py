@@ -58,6 +58,28 @@ def test_a_trigger_workload_is_seeded_and_its_ceis_are_the_matching_updates_then
     assert reader_view(bw).ceis  # the readers read it as any other
 
 
+def test_each_schedule_is_scored_on_query_eis_from_its_own_trigger_probe() -> None:
+    from proxy.bench.metrics import ProbeRec, cei_outcome
+
+    bw = rules_workload(_base(), "trigger", seed=3)
+    assert bw.rules is not None
+    anchor = bw.rules.anchored(bw.window)
+    cei = bw.workload.ceis[0]
+    t, *queries = cei.eis
+    u, w = t.start, bw.window
+    late = t.start + 3  # the trigger probed three chronons into its window
+    probes = [ProbeRec(t.resource, late, late + 0.01), *(ProbeRec(q.resource, late + w, late + w + 0.01) for q in queries)]
+    (own,) = anchor([cei], probes)
+    assert own.eis[0] == t
+    assert [(e.resource, e.start, e.finish) for e in own.eis[1:]] == [(q.resource, late, late + w) for q in queries]
+    # Captured on its own CEI; the generated one (query EIs from u + 1) would miss the query probes.
+    assert cei_outcome([own], probes).captured == 1
+    assert cei_outcome([cei], probes).captured == 0
+    # A trigger probe that ran before the entry was published does not fire it; no probe: kept as is.
+    assert anchor([cei], probes, {(t.resource, u): late + 0.5}) == (cei,)
+    assert anchor([cei], []) == (cei,)
+
+
 def test_the_posted_rules_are_valid_and_the_farm_writes_the_keywords() -> None:
     bw = rules_workload(_base(), "mixed", seed=3)
     assert bw.rules is not None

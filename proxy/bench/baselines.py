@@ -194,9 +194,14 @@ class ReaderRun:
         return self.schedules[0]
 
 
-def _one(ceis: Sequence[CEI], schedule: Schedule, setting: float) -> ReaderRun:
+CeisOf = Sequence[CEI] | Callable[[Schedule], Sequence[CEI]]
+"""The CEIs a reader is scored on, or how to make them from its schedule: a trigger rule's
+query EIs start at the schedule's own probe of its trigger (:mod:`proxy.bench.workload_rules`)."""
+
+
+def _one(ceis: CeisOf, schedule: Schedule, setting: float) -> ReaderRun:
     """A reader's run in one order."""
-    c = completeness(ceis, schedule)
+    c = completeness(ceis(schedule) if callable(ceis) else ceis, schedule)
     return ReaderRun(len(schedule), c, setting, (schedule,), (c,))
 
 
@@ -208,7 +213,7 @@ def _mean(runs: Sequence[ReaderRun]) -> ReaderRun:
 
 
 def match_probes(
-    kind: str, ceis: Sequence[CEI], updates: Sequence[Sequence[int]], chronons: int, probes: int,
+    kind: str, ceis: CeisOf, updates: Sequence[Sequence[int]], chronons: int, probes: int,
     params: AdaptiveParams | None = None, orders: int = 1,
 ) -> ReaderRun:
     """The reader ``kind`` (``round-robin`` / ``adaptive``) tuned to about ``probes`` probes.
@@ -220,7 +225,7 @@ def match_probes(
 
 
 def _match(
-    kind: str, ceis: Sequence[CEI], updates: Sequence[Sequence[int]], chronons: int, probes: int,
+    kind: str, ceis: CeisOf, updates: Sequence[Sequence[int]], chronons: int, probes: int,
     params: AdaptiveParams | None, order: Sequence[int],
 ) -> ReaderRun:
     if kind == "round-robin":
@@ -245,7 +250,7 @@ def _match(
 
 
 def probes_to_reach(
-    kind: str, ceis: Sequence[CEI], updates: Sequence[Sequence[int]], chronons: int, target: float,
+    kind: str, ceis: CeisOf, updates: Sequence[Sequence[int]], chronons: int, target: float,
     params: AdaptiveParams | None = None, orders: int = 1,
 ) -> ReaderRun | None:
     """The fewest probes (found by bisection) with which the reader reaches ``target``; None if never.
@@ -296,7 +301,7 @@ def probes_to_reach(
 
 
 def _adaptive_run(
-    ceis: Sequence[CEI], updates: Sequence[Sequence[int]], chronons: int, p: AdaptiveParams,
+    ceis: CeisOf, updates: Sequence[Sequence[int]], chronons: int, p: AdaptiveParams,
     order: Sequence[int] | None = None,
 ) -> Callable[[float], ReaderRun]:
     def run(scale: float) -> ReaderRun:
@@ -318,6 +323,7 @@ def updates_of(ceis: Sequence[CEI], resources: int) -> list[list[int]]:
 __all__ = [
     "READER_ORDERS",
     "AdaptiveParams",
+    "CeisOf",
     "ReaderRun",
     "adaptive",
     "completeness",

@@ -329,6 +329,7 @@ def reanalyse(
 
     from proxy.bench.live import LiveConfig, analyse, records_from_run
     from proxy.bench.report import load_results
+    from proxy.bench.workload_rules import RULE_WORKLOADS, rules_workload
 
     results = load_results(out)
     if not results:
@@ -338,6 +339,8 @@ def reanalyse(
         bw = _workload_from_command(old.get("command", ""))
         fields = {k: v for k, v in old["config"].items() if k in LiveConfig.__dataclass_fields__}
         cfg = LiveConfig(**fields)
+        if cfg.rule_kind in RULE_WORKLOADS:  # built from the generated one, as `live` builds it
+            bw = rules_workload(bw, cfg.rule_kind, cfg.seed)
         rec = asyncio.run(records_from_run(bw, cfg, out, old["tag"], old))
         new = analyse(bw, cfg, rec)
         new["tag"], new["command"] = old["tag"], old.get("command", "")

@@ -53,7 +53,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes, probes_to_reach
+from proxy.bench.baselines import (
+    READER_ORDERS,
+    AdaptiveParams,
+    CeisOf,
+    match_probes,
+    probes_to_reach,
+)
 from proxy.bench.metrics import (
     ProbeRec,
     Pub,
@@ -864,7 +870,15 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     # Every observation of a feed: the probes, and the pushed documents (issue 44), which spent
     # no budget (``used`` counts probes only).
     observed = rec.probes + rec.pushes
-    live = cei_outcome(wl.ceis, observed, published)
+    # Trigger rules: each schedule is scored on its own CEIs, the query EIs from its own probe
+    # of the trigger (proxy.bench.workload_rules); every other CEI is the generator's.
+    anchor = bw.rules.anchored(bw.window) if bw.rules is not None else None
+
+    def own(ceis: Sequence[CEI], probes: Sequence[ProbeRec],
+            pub: dict[tuple[int, int], float] | None = None) -> Sequence[CEI]:
+        return ceis if anchor is None else anchor(ceis, probes, pub)
+
+    live = cei_outcome(own(wl.ceis, observed, published), observed, published)
     entries = entry_outcome(rec.pubs, observed, cfg.feed_window)
     used = budget_per_chronon(rec.probes, k)
     probes = sum(used)
@@ -877,11 +891,11 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     sim_lag = simulate(service_labelled(equivalent, bw, rec.rule_ids, rec.resources), cfg.policy)
     sim_probes = [ProbeRec(r, t, float(t)) for t, r in sim.schedule]
     sim_lag_probes = [ProbeRec(back[r], t, float(t)) for t, r in sim_lag.schedule if t < k]
-    lag_outcome = cei_outcome(lagged(wl, shift_start=shift).ceis, sim_lag_probes)
+    lag_outcome = cei_outcome(own(lagged(wl, shift_start=shift).ceis, sim_lag_probes), sim_lag_probes)
     # The same with the generator's ids, to show what tie-breaking alone is worth.
     gen_ids = simulate(equivalent, cfg.policy)
-    gen_ids_outcome = cei_outcome(lagged(wl, shift_start=shift).ceis,
-                                  [ProbeRec(r, t, float(t)) for t, r in gen_ids.schedule if t < k])
+    gen_ids_probes = [ProbeRec(r, t, float(t)) for t, r in gen_ids.schedule if t < k]
+    gen_ids_outcome = cei_outcome(own(lagged(wl, shift_start=shift).ceis, gen_ids_probes), gen_ids_probes)
     sim_pubs = [Pub(r, float(u)) for r, ups in enumerate(bw.updates) for u in ups]
     ap = adaptive or AdaptiveParams(max_interval=max(2, k // 2), lookback=max(1, k // 5),
                                     window=cfg.feed_window)
@@ -897,9 +911,11 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
     # Each reader's figures are the mean over cfg.reader_orders feed orders (its delays pooled
     # over them): which feed a reader visits first is chance, and one order is one draw.
     orders = cfg.reader_orders
+    scored: CeisOf = view.ceis if anchor is None else (
+        lambda schedule: own(view.ceis, [ProbeRec(r, t, float(t)) for t, r in schedule]))
     for kind in ("round-robin", "adaptive"):
-        eq = match_probes(kind, view.ceis, view.updates, k, probes, ap, orders)
-        need = probes_to_reach(kind, view.ceis, view.updates, k, live.completeness, ap, orders)
+        eq = match_probes(kind, scored, view.updates, k, probes, ap, orders)
+        need = probes_to_reach(kind, scored, view.updates, k, live.completeness, ap, orders)
         seen = [entry_outcome(reader_pubs, [ProbeRec(r, t, float(t)) for t, r in s], cfg.feed_window)
                 for s in eq.schedules]
         spread = quantiles(eq.spread, (0.05, 0.95))
@@ -914,7 +930,8 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
                          "entry_completeness": statistics.fmean(e.completeness for e in seen)}
     agree, total_eis = _ei_agreement(bw, rec)
     curve_live = completeness_curve(live, k)
-    curve_sim = completeness_curve(cei_outcome(wl.ceis, sim_probes), k)
+    sim_outcome = cei_outcome(own(wl.ceis, sim_probes), sim_probes)
+    curve_sim = completeness_curve(sim_outcome, k)
     curve_lag = completeness_curve(lag_outcome, k)
     return {
         "workload": bw.name,
@@ -949,7 +966,8 @@ def analyse(bw: BenchWorkload, cfg: LiveConfig, rec: LiveRecords,
             "max_writer_backlog": rec.max_backlog,
             **({"push": push_figures(wl.ceis, rec, published, cfg)} if cfg.push_share else {}),
         },
-        "sim": {"cei_completeness": sim.completeness, "probes": sim.probes,
+        "sim": {"cei_completeness": sim.completeness if anchor is None else sim_outcome.completeness,
+                "probes": sim.probes,
                 "entry_completeness": entry_outcome(sim_pubs, sim_probes, cfg.feed_window).completeness,
                 # The clairvoyant's: told of every update at its chronon (pings), same budget (issue 45).
                 "detection_delay_chronons": quantiles(entry_outcome(

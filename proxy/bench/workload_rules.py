@@ -15,15 +15,15 @@ profile's keyword in their title; the farm publishes them so
 (:meth:`RulePlan.entry_text`). The CEI of a matching update ``u``:
 
 * the trigger EI ``[u, u + W]`` on ``T``;
-* one query EI ``[u + 1, u + 1 + W]`` per query feed.
+* one query EI ``[s, s + W]`` per query feed, ``s`` the chronon of the first probe
+  of ``T`` in the trigger EI that saw the entry: the trigger fires there, as in the
+  service (main paper §2.1: the query EIs are revealed when the trigger fires).
 
-That is the service's CEI when it probes ``T`` at ``u + 1``, the first chronon it
-can (the ping lands after the tick of ``u``: :mod:`proxy.bench.live`): it then
-opens ``[s, s + W]`` on each query feed, ``s`` the trigger probe's chronon. A
-later trigger probe shifts the service's query EIs later than the scored ones:
-the scorer is then stricter with the service than with the readers (who fire
-nothing and are scored on the fixed windows). A matching update in the last
-chronon has no query window inside the run and makes no CEI.
+``s`` depends on the schedule scored, so each schedule (the service's probes, the
+simulators', each reader's) is scored on its own CEIs (:meth:`RulePlan.anchored`),
+by the same scorer. The generated workload holds ``s = u + 1``, the first chronon the
+service can probe ``T`` after the ping (:mod:`proxy.bench.live`): what the simulators
+plan with. A matching update in the last chronon makes no CEI.
 
 Updates of ``T`` without the keyword open a trigger CEI in the service too (it
 cannot know before it looks), sealed at rank 1 when the probe finds no match.
@@ -41,15 +41,20 @@ Deliberately not here: posting, running and scoring (:mod:`proxy.bench.live`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from proxy.bench.metrics import ProbeRec
 from proxy.core.model import CEI, EI
 
 if TYPE_CHECKING:
     from proxy.bench.live import BenchWorkload
     from proxy.farm.farm import EntryText
+
+Anchor = Callable[[Sequence[CEI], Sequence[ProbeRec], Mapping[tuple[int, int], float] | None], tuple[CEI, ...]]
+"""Scores a schedule's own trigger CEIs (:meth:`RulePlan.anchored`)."""
 
 MATCH_SHARE = 0.5
 """The share of a trigger feed's updates that carry a trigger profile's keyword."""
@@ -82,6 +87,8 @@ class RulePlan:
     """Per profile, in ``watched`` order."""
     keywords: dict[tuple[int, int], tuple[str, ...]]
     """``(resource, update chronon)`` → the keywords its entry's title carries."""
+    names: tuple[str, ...] = ()
+    """Each profile's name (``BenchWorkload.profile_names``), in the same order."""
 
     def rule_body(self, p: int, feeds: Sequence[int], within: str) -> dict[str, Any]:
         """The rule posted for profile ``p``; ``feeds`` are its service feed ids, ``within`` the window."""
@@ -117,6 +124,37 @@ class RulePlan:
             return (f"{title} ({' '.join(words)})", summary) if words else (title, summary)
 
         return text
+
+    def anchored(self, window: int) -> Anchor:
+        """How to score a schedule: each trigger CEI's query EIs ``[s, s + window]`` from the
+        chronon ``s`` of the schedule's first probe of the trigger feed inside the trigger EI
+        that started at or after the entry's publication (``published``, as
+        :func:`proxy.bench.metrics.cei_outcome` reads it). A CEI whose trigger no probe
+        caught is kept as generated: it is missed either way."""
+        triggers = {name for name, rule in zip(self.names, self.profiles, strict=True) if rule.kind == "trigger"}
+
+        def anchor(ceis: Sequence[CEI], probes: Sequence[ProbeRec],
+                   published: Mapping[tuple[int, int], float] | None = None) -> tuple[CEI, ...]:
+            seen: dict[int, list[tuple[int, float]]] = {}
+            for p in probes:
+                if p.ok:
+                    seen.setdefault(p.resource, []).append((p.chronon, p.time))
+            for lst in seen.values():
+                lst.sort()
+            out = []
+            for c in ceis:
+                if c.profile in triggers and len(c.eis) > 1:
+                    t = c.eis[0]
+                    after = (published or {}).get((t.resource, t.start), float(t.start))
+                    lst = seen.get(t.resource, [])
+                    fired = next((ch for ch, at in lst[bisect_left(lst, (t.start, -1e18)):]
+                                  if ch > t.finish or at >= after), None)
+                    if fired is not None and fired <= t.finish:
+                        c = replace(c, eis=(t, *(EI(q.resource, fired, fired + window, fired) for q in c.eis[1:])))
+                out.append(c)
+            return tuple(out)
+
+        return anchor
 
     def tail_ceis(self, bw: BenchWorkload) -> tuple[CEI, ...]:
         """The CEIs the service holds that the scorer never counts (:func:`proxy.bench.live.tail_ceis`).
@@ -200,7 +238,7 @@ def rules_workload(bw: BenchWorkload, kind: str, seed: int, match_share: float =
     ceis = tuple(CEI(f"c{i:0{width}d}", bw.profile_names[p], eis) for i, (_, p, _, eis) in enumerate(pending))
     workload = replace(wl, ceis=ceis, meta={**wl.meta, "rule_kind": kind, "match_share": match_share})
     workload.validate()
-    plan = RulePlan(kind, tuple(rules), {key: tuple(v) for key, v in keywords.items()})
+    plan = RulePlan(kind, tuple(rules), {key: tuple(v) for key, v in keywords.items()}, bw.profile_names)
     counts = {x: sum(1 for r in rules if r.kind == x) for x in MIXED_CYCLE}
     mix = ", ".join(f"{counts[x]} {x}" for x in MIXED_CYCLE if counts[x])
     desc = (f"{bw.description}; as {kind} rules ({mix}): trigger rules on update with slack W, "
@@ -208,4 +246,4 @@ def rules_workload(bw: BenchWorkload, kind: str, seed: int, match_share: float =
     return replace(bw, workload=workload, watched=tuple(r.feeds for r in rules), description=desc, rules=plan)
 
 
-__all__ = ["MATCH_SHARE", "MIXED_CYCLE", "RULE_WORKLOADS", "ProfileRule", "RulePlan", "rules_workload"]
+__all__ = ["MATCH_SHARE", "MIXED_CYCLE", "RULE_WORKLOADS", "Anchor", "ProfileRule", "RulePlan", "rules_workload"]
