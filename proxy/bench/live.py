@@ -459,7 +459,7 @@ def rule_body(kind: str, feeds: Sequence[int], within: str) -> dict[str, Any]:
         return {"name": "alert", "trigger": {"feed": str(feed), "on": "update", "slack": within}}
     if kind == "watch":
         return {"name": "watch", "watch": {"feeds": [str(f) for f in feeds], "within": within}}
-    raise BenchError(f"--rule-kind {kind}: not yet")
+    raise BenchError(f"--rule-kind {kind}: its rules come from its workload (RulePlan.rule_body)")
 
 
 class _ServiceRunner:
