@@ -18,6 +18,23 @@ Fixtures (import-free: pytest finds them here):
 PostgreSQL is ``postgresql+asyncpg://postgres@127.0.0.1:5432/test`` (override
 with ``PROXY_TEST_POSTGRES_URL``). If it is unreachable the PostgreSQL cases
 are skipped, unless ``PROXY_REQUIRE_POSTGRES=1`` (CI), then they fail.
+
+Parallel runs (issue 48, docs/test-suite.md). ``make test`` runs pytest-xdist:
+``-n 3 --dist loadgroup`` (the Makefile's ``PYTEST_PARALLEL``); a plain ``pytest`` stays
+serial. The tests of one file go to one worker together (their module fixtures are built
+once), the heaviest files first. Tests that run beside others must therefore:
+
+- take a database from ``postgres_url`` / ``fresh_postgres_url`` / ``database_url``
+  (its own per worker or per test), never a fixed database name;
+- take ports from ``proxy.ports.free_port()`` right before the child binds them, never
+  a fixed number; the same for nats-server (``tests/cluster_support.py``);
+- write under ``tmp_path``, never to a fixed path nor into the checkout;
+- name anything shared on the machine uniquely (a compose project, a broker subject).
+
+A file whose tests must not overlap others of their kind (kills timed against a lease,
+Docker) joins a named group: an entry in ``SERIAL_GROUPS`` below, or
+``pytestmark = pytest.mark.xdist_group("kills")`` in the file. A group's files run one after
+another on one worker, started first (the other workers go on beside it).
 """
 
 from __future__ import annotations
@@ -165,3 +182,70 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         assert the_store.engine.pool.checkedout() == 0, "a connection was left checked out"
     finally:
         await the_store.close()
+
+
+# --- Parallel runs (pytest-xdist, `make test`): which tests share a worker, and in what order.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``, with each ungrouped test kept with the rest of its file.
+
+    xdist's loadgroup sends every ungrouped test on its own, so a file's module fixtures
+    (a docs build, a stand-in image) would be made on every worker; loadfile instead
+    cannot gather files into one group. This does both. Without xdist, never called.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FilesAndGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return nodeid.split("::", 1)[0] if scope == nodeid else scope
+
+    # Work goes out in the collection's order, which pytest_collection_modifyitems below
+    # makes heaviest first; xdist's own reordering (most tests first) would undo that.
+    config.option.loadscopereorder = False
+    return FilesAndGroups(config, log)
+
+
+# Files whose tests must not run beside one another: each group's files run one after
+# another on one worker, started first (docs/test-suite.md, "Running it in parallel").
+SERIAL_GROUPS = {
+    # Docker image builds and a whole deployment restarted and failed over: ~4 minutes.
+    "test_deploy_compose.py": "docker",
+    # Services killed at timed points, takeovers timed against lease TTLs, drain deadlines:
+    # two of these at once would load the machine in the very seconds they measure.
+    "test_e2e_crash.py": "kills",
+    "test_e2e_sigkill.py": "kills",
+    "test_e2e_delivery_sigkill.py": "kills",
+    "test_e2e_lease.py": "kills",
+    "test_e2e_cluster.py": "kills",
+    "test_e2e_outage.py": "kills",
+    "test_service_lease.py": "kills",
+}
+
+
+def _weight(item: pytest.Item) -> int:
+    """0 for a test of a named xdist group, 1 for a ``slow`` one, 2 for the rest."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: the groups above, then the longest work first.
+
+    A long file started last ends the run last, so the named groups go first, then the
+    files with ``slow`` tests. The sort is stable: each file keeps its own order. A serial
+    run is left as collected.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for item in items:
+        group = SERIAL_GROUPS.get(item.path.name)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_weight)
