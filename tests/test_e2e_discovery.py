@@ -195,12 +195,15 @@ async def test_a_change_published_before_a_feeds_first_successful_probe_reaches_
     """Both feeds publish after the rule is made, before their first probe: the first documents carry the change.
 
     With a budget of 1, forty other waited-for feeds registered earlier take their first
-    probes before ``a`` and ``b`` (never-probed feeds go by id): two seconds in which ``a``
-    and ``b`` publish. Their first successful probes are baselines for the backlog (the
-    prefilled entries, older than the rule) but not for the bids published since the rule's
-    install: the watch rule's CEI is built from them and captured by those very probes.
+    probes before ``a`` and ``b`` (never-probed feeds go by id): eight seconds (0.2 s
+    chronons) in which ``a`` and ``b`` publish. Their first successful probes are baselines
+    for the backlog (the prefilled entries, older than the rule) but not for the bids
+    published since the rule's install: the watch rule's CEI is built from them and
+    captured by those very probes.
     """
-    settings = e2e_settings(database_url, budget=1, policy="adm-edf")
+    # 0.2 s chronons, not the usual 0.05: registering the 42 feeds and the rules took longer
+    # than 40 chronons of 0.05 s with three test workers on a loaded machine (issue 48).
+    settings = e2e_settings(database_url, budget=1, policy="adm-edf", chronon_seconds=0.2)
     fillers = [f"f{i}" for i in range(40)]
     async with FeedFarm([*fillers, "a", "b"], prefill=3) as farm, running(settings) as px:
         ids = {}
@@ -226,7 +229,8 @@ async def test_a_change_published_before_a_feeds_first_successful_probe_reaches_
         async def captured() -> list[dict[str, Any]]:
             return await _ceis(px, pid, "captured")
 
-        cei = (await eventually(captured, what="the watch CEI built from the first documents, captured"))[0]
+        cei = (await eventually(captured, within=60,
+                                what="the watch CEI built from the first documents, captured"))[0]
         assert sorted(ei["feed"] for ei in cei["eis"]) == [ids["a"], ids["b"]]
         assert all(ei["state"] == "captured" and ei["start"] <= ei["captured_chronon"] <= ei["finish"]
                    for ei in cei["eis"])

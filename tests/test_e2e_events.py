@@ -151,8 +151,17 @@ async def test_events_and_deliveries_are_each_users_own(database_url: str) -> No
             r = await c.get(path)
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
         # Bob's stream, even replaying from 0, has only keep-alives; Alice's has her events.
-        events, comments = await read_for(base, bob_key, 0.8, params={"after": 0})
-        assert events == [] and ": keep-alive" in comments
+        # Read until a keep-alive came (0.2 s apart, later on a busy machine: none in a fixed
+        # 0.8 s was seen with three test workers at load 8), keeping every event seen meanwhile.
+        bobs_events: list[dict[str, Any]] = []
+
+        async def kept_alive() -> bool:
+            events, comments = await read_for(base, bob_key, 0.8, params={"after": 0})
+            bobs_events.extend(events)
+            return ": keep-alive" in comments
+
+        await eventually(kept_alive, within=30, what="a keep-alive on Bob's stream")
+        assert bobs_events == []
         mine, _ = await read_events(base, px.key, count=1, params={"after": 0})
         assert mine[0]["data"]["profile"]["id"] == alice_delivery["profile_id"]
 

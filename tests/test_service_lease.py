@@ -110,7 +110,11 @@ async def test_a_second_service_stands_by_answers_reads_and_takes_over_on_stop(
 async def test_a_holder_whose_lease_is_taken_stops_ticking_and_writing_at_once(
     database_url: str,
 ) -> None:
-    a = ProxyService(_settings(database_url), housekeeping=False)
+    # Twice the file's TTL: renewals every 1 s. The claim is "at the next renewal, before the
+    # lease would have run out", and a 1.5 s TTL left 1 s for a renewal's round trip: 1.56 s
+    # were seen with three test workers on a machine at load 8.
+    ttl = 2 * TTL
+    a = ProxyService(e2e_settings(database_url, lease_ttl_seconds=ttl), housekeeping=False)
     await a.start()
     intruder = Store.from_url(database_url)
     try:
@@ -121,10 +125,10 @@ async def test_a_holder_whose_lease_is_taken_stops_ticking_and_writing_at_once(
         stolen = await intruder.acquire_lease(
             LOOP_LEASE, "intruder", now=lease.expires_at + dt.timedelta(seconds=1), ttl=3600)
         assert stolen is not None and stolen.epoch == lease.epoch + 1
-        took = await _until(lambda: not a.leading, within=2 * TTL)
+        took = await _until(lambda: not a.leading, within=2 * ttl)
         # The next renewal (every TTL/3) finds out, well before the lease would have expired;
         # TTL/3 + 0.2 s was too tight for a busy machine (0.80 s seen at load 0.9).
-        assert took < TTL, took
+        assert took < ttl, took
         status = await a.status()
         assert (status.role, status.status, status.ready) == ("standby", "standby", False)
         assert a.metrics.leader._value.get() == 0
