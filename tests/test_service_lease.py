@@ -173,15 +173,19 @@ async def test_a_holder_that_stalled_past_its_ttl_keeps_the_lease_nobody_took(
 ) -> None:
     """Restoring 100,000 profiles blocks the event loop longer than the lease's TTL; with no
     other process on the database, the holder must go on leading, not step down for good."""
-    a = ProxyService(_settings(database_url), housekeeping=False)
+    # Twice the file's TTL: the renewal after the stall gets one TTL. With three test workers
+    # at load 4 the holder came back with epoch 2, as it does when that renewal outlasts
+    # 1.5 s: it steps down, then takes the lease anew (issue 48).
+    ttl = 2 * TTL
+    a = ProxyService(e2e_settings(database_url, lease_ttl_seconds=ttl), housekeeping=False)
     await a.start()
     try:
         await _until(lambda: a.loop.ticks > 2)
         epoch = a.leader.lease.epoch if a.leader is not None and a.leader.lease else None
-        time.sleep(1.5 * TTL)  # noqa: ASYNC251 -- the point: a synchronous stall
+        time.sleep(1.5 * ttl)  # noqa: ASYNC251 -- the point: a synchronous stall
         assert a.leader is not None and not a.leader.holds()  # its local deadline passed...
         ticks = a.loop.ticks
-        await _until(lambda: a.leading and a.loop.ticks > ticks + 2, within=6 * TTL)  # slack for a loaded machine
+        await _until(lambda: a.leading and a.loop.ticks > ticks + 2, within=6 * ttl)  # slack for a loaded machine
         assert a.leader.lease is not None and a.leader.lease.epoch == epoch  # ...but it kept it
     finally:
         await a.stop()
