@@ -706,6 +706,10 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                             ready = (await api.get("/readyz")).json()
                             busy.append((int(ready["inflight"]), int(ready["backlog"])))
+                    # The loop's last report may have come just before its end (then a
+                    # readiness read took it past): the run's chronons have all passed now.
+                    if on_chronon is not None:
+                        on_chronon(k)
                     await farm.drain_pings(at_most=5.0)
                     # Probes started in the last chronons finish and are written; later ones
                     # are outside the run and ignored when reading back.
