@@ -42,7 +42,9 @@ def test_a_short_soak_summarises_its_samples(tmp_path: Path) -> None:
     assert summary["probes"] > 0 and summary["db_bytes_per_probe"] > 0
     assert summary["retention_days"] == 30  # the service's default, left alone
     per_day = 86_400 / DEFAULT_CHRONON_SECONDS * 4 * summary["budget_spent"]
-    assert summary["probes_per_day_at_default_chronon"] == round(per_day)
+    # From the unrounded share: the summary's budget_spent has 4 decimals, worth up to
+    # 0.29 of a probe a day here, so the two roundings may differ by one.
+    assert abs(summary["probes_per_day_at_default_chronon"] - per_day) <= 0.5 + 0.3
     assert summary["db_mib_under_retention"] == pytest.approx(
         summary["db_bytes_per_probe"] * per_day * 30 / 2**20, abs=0.1)
     assert summary["errors_logged"] == 0
