@@ -91,6 +91,7 @@ __all__ = [
     "GuardedResolver",
     "Prober",
     "check_feed_url",
+    "find_in_chain",
     "guarded_client",
 ]
 
@@ -285,7 +286,8 @@ class _TooLargeError(Exception):
         self.declared = declared
 
 
-def _find_in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+def find_in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` in ``exc``'s cause/context chain, or ``None``."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -555,11 +557,11 @@ class Fetcher:
     def _transport_error(
         self, exc: BaseException, state: FeedState, now: datetime, started: float
     ) -> ProbeResult:
-        refused = _find_in_chain(exc, AddressRefusedError)
+        refused = find_in_chain(exc, AddressRefusedError)
         if isinstance(refused, AddressRefusedError):
             return self._error(Refused, state, now, started, reason=refused.reason)
         # Classify by the aiohttp exception where there is one (the transport passes them on).
-        original = _find_in_chain(exc, aiohttp.ClientError)
+        original = find_in_chain(exc, aiohttp.ClientError)
         if isinstance(original, aiohttp.ConnectionTimeoutError):
             return self._error(Timeout, state, now, started, phase="connect")
         if isinstance(original, aiohttp.SocketTimeoutError):

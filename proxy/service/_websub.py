@@ -46,7 +46,7 @@ import structlog
 
 from proxy.errors import FeedNotFoundError
 from proxy.feeds import Entry, FeedUrlRefusedError, HostResolver, SystemResolver
-from proxy.feeds.fetch import check_feed_url, guarded_client
+from proxy.feeds.fetch import check_feed_url, find_in_chain, guarded_client
 from proxy.feeds.parse import FeedParseError, parse_document
 from proxy.feeds.ssrf import AddressRefusedError
 from proxy.feeds.websub import signature_valid
@@ -108,14 +108,8 @@ class _ResolveVia:
 
 def _refusal(exc: BaseException) -> str | None:
     """The SSRF guard's reason, when it is what failed a hub request (a rebound address)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, AddressRefusedError):
-            return current.reason
-        current = current.__cause__ or current.__context__
-    return None
+    refused = find_in_chain(exc, AddressRefusedError)
+    return refused.reason if isinstance(refused, AddressRefusedError) else None
 
 
 def _backoff(failures: int) -> dt.timedelta:
