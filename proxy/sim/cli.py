@@ -484,13 +484,32 @@ def synth_trace(
     items_per_week: Annotated[float, typer.Option("--items-per-week", help="Mean items per feed and week.")] = 1.3,
     sigma: Annotated[float, typer.Option("--sigma", help="Lognormal σ of per-feed rates.")] = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the numpy Generator.")] = 0,
+    clusters: Annotated[int, typer.Option(
+        "--clusters", help="Co-update clusters: groups of feeds reacting to common events (0: none).")] = 0,
+    cluster_share: Annotated[float, typer.Option(
+        "--cluster-share", help="Share of the feeds in a cluster (with --clusters).")] = 0.5,
+    cluster_events: Annotated[float, typer.Option(
+        "--cluster-events-per-week", help="Mean events per cluster and week (with --clusters).")] = 3.0,
+    react_prob: Annotated[float, typer.Option(
+        "--react-prob", help="Chance a cluster's feed publishes at one of its events (with --clusters).")] = 0.7,
+    lag: Annotated[float, typer.Option(
+        "--lag", help="Longest delay in minutes from an event to a reaction (with --clusters).")] = 10.0,
 ) -> None:
-    """Write paper 002's weekly-cycle synthetic trace ("Synthetic Data 2") as a trace CSV."""
-    from proxy.sim.synthetic import weekly_trace, write_trace_csv
+    """Write paper 002's weekly-cycle synthetic trace ("Synthetic Data 2") as a trace CSV.
+
+    With ``--clusters``, clusters of feeds also publish within ``--lag`` minutes of
+    their cluster's common events (co-updates, issue 45); without, the trace is the
+    same as before the option existed.
+    """
+    from proxy.sim.synthetic import CoUpdates, weekly_trace, write_trace_csv
 
     try:
-        trace = weekly_trace(feeds, seed, weeks=weeks, items_per_week=items_per_week, sigma=sigma)
+        co = CoUpdates(clusters, cluster_share, cluster_events, react_prob, lag)
+        trace = weekly_trace(feeds, seed, weeks=weeks, items_per_week=items_per_week, sigma=sigma, coupdates=co)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     rows = write_trace_csv(trace, out)
-    typer.echo(f"wrote {out}: {rows} items from {feeds} feeds over {weeks:g} weeks")
+    extra = ""
+    if trace.clusters:
+        extra = f", {len(trace.clusters)} co-update clusters of {sum(map(len, trace.clusters))} feeds"
+    typer.echo(f"wrote {out}: {rows} items from {feeds} feeds over {weeks:g} weeks{extra}")

@@ -8,7 +8,9 @@
   feeds produce 97 % of the items; ours is milder). :func:`write_trace_csv`
   writes it in the real trace's shape (``feed_id,timestamp_utc_iso``), so
   ``proxy sim gen --trace`` and ``proxy bench live --workload trace --trace``
-  replay it too.
+  replay it too. With :class:`CoUpdates`, clusters of feeds also react to
+  common events (one story reaching several news feeds within minutes,
+  issue 45, item 4).
 * :func:`num_update_watch` — paper 002 §2.1's rule "notify every ``X`` new
   items" on each feed: one rank-1 CEI per ``X``-th update, life
   ``window(Y)`` or ``overwrite``, every EI an update EI (``reveal = start``).
@@ -30,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from proxy.core.model import CEI, EI, Budget, Workload
 from proxy.sim.generate import Life, ei_for_update
@@ -70,25 +73,59 @@ class WeekShape:
 
 
 @dataclass(frozen=True, slots=True)
+class CoUpdates:
+    """Clusters of feeds that react to common events: the co-updates of news feeds (issue 45, item 4).
+
+    ``share`` of the feeds (drawn at random) are dealt round-robin into
+    ``clusters`` clusters. Each cluster has its own events, ``events_per_week``
+    on average with the trace's weekly shape; at an event at ``t`` each member
+    publishes with probability ``react_prob``, at ``t`` plus a lag uniform in
+    ``[0, lag_minutes]``. These items come on top of the feed's own (its base
+    rate). ``clusters`` 0: no co-updates, the trace of :func:`weekly_trace`
+    without them, byte for byte.
+    """
+
+    clusters: int = 0
+    share: float = 0.5
+    events_per_week: float = 3.0
+    react_prob: float = 0.7
+    lag_minutes: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.clusters < 0:
+            raise ValueError(f"clusters must be >= 0, got {self.clusters}")
+        if not 0.0 <= self.share <= 1.0 or not 0.0 <= self.react_prob <= 1.0:
+            raise ValueError("cluster share and react probability must be in [0, 1]")
+        if self.events_per_week < 0 or self.lag_minutes < 0:
+            raise ValueError("cluster events per week and lag must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class WeeklyTrace:
-    """Per feed: its base rate (items per week) and its publication times (hours from :data:`EPOCH_START`)."""
+    """Per feed: its base rate (items per week) and its publication times (hours from :data:`EPOCH_START`).
+
+    ``clusters``: the feed indices of each co-update cluster (:class:`CoUpdates`; empty without).
+    """
 
     names: tuple[str, ...]
     weekly_rates: tuple[float, ...]
     hours: tuple[tuple[float, ...], ...]
     weeks: float
     shape: WeekShape
+    clusters: tuple[tuple[int, ...], ...] = ()
 
 
 def weekly_trace(
     feeds: int, seed: int, *, weeks: float = 4.0, items_per_week: float = 1.3, sigma: float = 1.0,
-    shape: WeekShape | None = None,
+    shape: WeekShape | None = None, coupdates: CoUpdates | None = None,
 ) -> WeeklyTrace:
     """Paper 002's "Synthetic Data 2": ``feeds`` feeds over ``weeks`` weeks with a weekly cycle.
 
     The defaults give about 5.3 items per feed over 4 weeks, as 002's Table 2
     (792 objects, 4194 events). Per-feed weekly rates are lognormal with mean
-    ``items_per_week``.
+    ``items_per_week``. ``coupdates``: clusters reacting to common events, drawn
+    after the feeds' own items from the same generator (so the own items do not
+    depend on them).
     """
     if feeds < 1:
         raise ValueError(f"feeds must be >= 1, got {feeds}")
@@ -110,7 +147,32 @@ def weekly_trace(
         out.append(tuple(round(float(h), 4) for h in cand[keep]))
     width = len(str(feeds - 1))
     names = tuple(f"syn{i:0{width}d}" for i in range(feeds))
-    return WeeklyTrace(names, tuple(float(r) for r in rates), tuple(out), weeks, shape)
+    clusters: tuple[tuple[int, ...], ...] = ()
+    if coupdates is not None and coupdates.clusters > 0:
+        clusters = _co_updates(out, coupdates, rng, hourly, total_h)
+    return WeeklyTrace(names, tuple(float(r) for r in rates), tuple(out), weeks, shape, clusters)
+
+
+def _co_updates(
+    out: list[tuple[float, ...]], co: CoUpdates, rng: np.random.Generator, hourly: npt.NDArray[np.float64],
+    total_h: float,
+) -> tuple[tuple[int, ...], ...]:
+    """Add each cluster's reactions to its events to ``out`` (in place); the clusters' feed indices."""
+    members = rng.permutation(len(out))[: round(co.share * len(out))]
+    clusters = tuple(tuple(sorted(int(i) for i in members[c :: co.clusters])) for c in range(co.clusters))
+    peak = float(hourly.max())
+    for cluster in clusters:
+        # The events: a Poisson process with the week's shape, by thinning as the feeds' own items.
+        n = int(rng.poisson(co.events_per_week / HOURS_PER_WEEK * peak * total_h))
+        cand = np.sort(rng.uniform(0.0, total_h, size=n))
+        events = cand[rng.uniform(0.0, 1.0, size=n) < hourly[cand.astype(np.int64) % HOURS_PER_WEEK] / peak]
+        for i in cluster:
+            react = rng.uniform(0.0, 1.0, size=events.size) < co.react_prob
+            lag = rng.uniform(0.0, co.lag_minutes / 60.0, size=events.size)
+            at = np.minimum(events[react] + lag[react], np.nextafter(total_h, 0.0))
+            extra = [round(float(h), 4) for h in at]
+            out[i] = tuple(sorted(out[i] + tuple(extra)))
+    return clusters
 
 
 def write_trace_csv(trace: WeeklyTrace, path: Path) -> int:
