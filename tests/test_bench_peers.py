@@ -28,8 +28,9 @@ changedetection.io as a desktop browser)."""
 
 
 def _get(t_ms: int, feed: str, *, inm: str | None = None, status: int = 200, kind: RequestKind = RequestKind.FEED,
-         size: int = 100) -> RequestRecord:
-    return RequestRecord(t_ms, "GET", f"/feeds/{feed}.xml", kind, feed, status, inm, None, size, "t")
+         size: int = 100, start_ms: float | None = None, host: str = "farm") -> RequestRecord:
+    return RequestRecord(t_ms, "GET", f"/feeds/{feed}.xml", kind, feed, status, inm, None, size, "t",
+                         start_ms=start_ms, end_ms=None if start_ms is None else float(t_ms), host=host)
 
 
 def test_the_scorer_reads_feed_gets_only_and_matches_cei_outcome() -> None:
@@ -54,6 +55,23 @@ def test_the_scorer_reads_feed_gets_only_and_matches_cei_outcome() -> None:
     assert line("peer x", f).startswith("peer x: completeness 50.0%  feed GETs 3  conditional 33%  bytes ")
     assert (f.delay_p50, f.delay_p90) == pytest.approx((1.1, 2.1))  # the failed GET saw nothing
     assert "delay p50/p90 1/2" in line("proxy", f)
+    assert f.peak_per_host == -1 and line("proxy", f).endswith("delay p50/p90 1/2  peak per host -")
+
+
+def test_the_peak_per_host_counts_every_request_in_the_run_on_its_busiest_host() -> None:
+    clock = RunClock(anchor=100.0, chronon_seconds=0.5, chronons=10)
+    records = [
+        _get(101_000, "0", start_ms=100_990.0),
+        _get(101_005, "1", start_ms=100_995.0),  # in progress with the first
+        _get(101_003, "0", kind=RequestKind.FAVICON, start_ms=101_001.0),  # a favicon loads the host too
+        _get(101_004, "1", start_ms=100_999.0, host="other"),  # another host
+        _get(99_000, "0", start_ms=98_990.0), _get(99_002, "1", start_ms=98_980.0),  # before the run
+        _get(99_004, "1", start_ms=98_980.0),
+    ]
+    f = score(records, clock, [], [], {}, frozenset(), feed_window=20)
+    assert (f.peak_per_host, f.feed_gets, f.other_requests) == (2, 3, 1)
+    assert f.as_dict()["peak_per_host"] == 2
+    assert line("peer x", f, "note").endswith("delay p50/p90 -/-  peak per host 2  note")
 
 
 @pytest.mark.parametrize(("feeds", "gets", "rounds"), [(37, 300, 8), (10, 3, 1), (63, 600, 10)])
@@ -82,6 +100,8 @@ async def test_each_installed_peer_polls_the_farm_and_is_scored(name: str, tmp_p
     f = res.figures
     assert f.feed_gets >= feeds and f.ceis == len(bw.workload.ceis) and 0 <= f.completeness <= 1
     assert math.isnan(f.delay_p50) or f.delay_p50 >= 0
+    assert all(r.start_ms is not None and r.host == "127.0.0.1" for r in res.requests)
+    assert f.peak_per_host >= 1
     # The saved logs score to the same figures: the result can be re-scored without the peer.
     again = _score_run(bw, cfg, res.clock, load_publications(tmp_path / f"t-peer-{name}-pubs.jsonl"),
                        load_requests(tmp_path / f"t-peer-{name}-requests.jsonl"))

@@ -16,7 +16,13 @@ from proxy.farm._docs import Entry, FeedFormat
 from proxy.farm._faults import FAULT_PARAMS, Fault, FaultMode, parse_fault_spec
 from proxy.farm._ping import PingRecord, PingRequest, PingResolver
 from proxy.farm._process import FarmProcess, FarmProcessError
-from proxy.farm._requests import RequestKind, RequestLog, RequestRecord, load_requests
+from proxy.farm._requests import (
+    RequestKind,
+    RequestLog,
+    RequestRecord,
+    load_requests,
+    peak_concurrency,
+)
 from proxy.farm._stats import FeedNotFoundError, FeedStats
 from proxy.farm._trace import (
     Clock,
@@ -60,5 +66,6 @@ __all__ = [
     "load_publications",
     "load_requests",
     "parse_fault_spec",
+    "peak_concurrency",
     "poisson_schedule",
 ]

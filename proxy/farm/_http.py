@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -33,7 +34,11 @@ _MAX_BODY = 1024 * 1024
 
 @dataclass(slots=True)
 class Request:
-    """One parsed request; header names are lower-case, repeated headers joined by ``", "``."""
+    """One parsed request; header names are lower-case, repeated headers joined by ``", "``.
+
+    ``received``: Unix time at which the server found the request's first bytes waiting
+    (:meth:`HttpServer.batch_time`), its start as the host sees it.
+    """
 
     method: str
     path: str
@@ -41,6 +46,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     version: str
+    received: float = 0.0
 
     @property
     def keep_alive(self) -> bool:
@@ -119,6 +125,7 @@ class _Connection(asyncio.Protocol):
         self._server = server
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._received = 0.0
         self._busy = False
         self._closed = asyncio.Event()
         self._writable = asyncio.Event()
@@ -143,6 +150,8 @@ class _Connection(asyncio.Protocol):
         self._writable.set()
 
     def data_received(self, data: bytes) -> None:
+        if not self._buf:  # the first bytes of a request (a pipelined one waits in the buffer)
+            self._received = self._server.batch_time()
         self._buf += data
         if not self._busy:
             self._process()
@@ -207,7 +216,7 @@ class _Connection(asyncio.Protocol):
             path, query = unquote(parts.path), dict(parse_qsl(parts.query))
         else:
             path, query = target, {}
-        return Request(method, path, query, headers, body, version)
+        return Request(method, path, query, headers, body, version, self._received)
 
     def _fail(self, status: int, text: str) -> None:
         self._answer(text_response(status, text + "\n"), keep_alive=False)
@@ -298,6 +307,23 @@ class HttpServer:
     _connections: set[_Connection] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     port: int = 0
+    _batch: float | None = None
+
+    def batch_time(self) -> float:
+        """When the server began reading the sockets it found ready in this turn of the event loop.
+
+        Every request read in one turn was waiting at that moment, so all of them were in
+        progress together, though the server answers them one after the other; a request
+        sent only after an answer arrived is read in a later turn, after that answer was
+        written.  This is how the request log sees concurrent requests (issue 47).
+        """
+        if self._batch is None:
+            self._batch = time.time()
+            asyncio.get_running_loop().call_soon(self._end_batch)
+        return self._batch
+
+    def _end_batch(self) -> None:
+        self._batch = None
 
     async def start(self, hosts: Sequence[str], port: int, backlog: int = 1024) -> int:
         """Listen on ``port`` of every address in ``hosts``; ``port=0`` picks one free on the first."""

@@ -4,8 +4,9 @@ The proxy and each real reader are scored the same way: their feed GETs as the
 farm logged them become probes (:class:`~proxy.bench.metrics.ProbeRec`) and go
 through :func:`~proxy.bench.metrics.cei_outcome`, the scorer the live bench
 uses on the proxy's own probe records.  Only ``kind == "feed"`` requests are
-probes; HEAD, favicon and site-root requests count in ``bytes`` and in
-``other_requests`` but never as feed GETs.
+probes; HEAD, favicon and site-root requests count in ``bytes``, in
+``other_requests`` and in the peak of concurrent requests per host (the load a
+host bears) but never as feed GETs.
 
 Deliberately not here: running anything (:mod:`proxy.bench.peers._run`).
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from proxy.bench.metrics import ProbeRec, Pub, cei_outcome, entry_outcome, quantiles
 from proxy.core.model import CEI
-from proxy.farm import RequestKind, RequestRecord
+from proxy.farm import RequestKind, RequestRecord, peak_concurrency
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,9 @@ class Figures:
     delay_p50: float
     delay_p90: float
     entry_completeness: float
+    peak_per_host: int = -1
+    """The most requests in progress together on one host during the run (-1: not measured,
+    as for a replica)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
@@ -95,6 +99,7 @@ def score(
     q = quantiles(seen.delays, (0.5, 0.9))
     conditional = sum(1 for r in gets if r.conditional)
     return Figures(
+        peak_per_host=max(peak_concurrency(run).values(), default=-1),
         completeness=outcome.completeness, captured=outcome.captured, ceis=outcome.total,
         feed_gets=len(gets), conditional_share=conditional / len(gets) if gets else 0.0,
         not_modified=sum(1 for r in gets if r.status == 304),
@@ -120,8 +125,9 @@ def _whole(x: float) -> str:
 
 
 def line(name: str, f: Figures, extra: str = "") -> str:
-    """The output contract's line (issue 47, item 4); ``extra`` fields follow."""
+    """The output contract's line (issue 47, item 4), then the peak per host; ``extra`` fields follow."""
+    peak = "-" if f.peak_per_host < 0 else str(f.peak_per_host)
     text = (f"{name}: completeness {100 * f.completeness:.1f}%  feed GETs {f.feed_gets}  "
             f"conditional {100 * f.conditional_share:.0f}%  bytes {_size(f.bytes)}  "
-            f"delay p50/p90 {_whole(f.delay_p50)}/{_whole(f.delay_p90)}")
+            f"delay p50/p90 {_whole(f.delay_p50)}/{_whole(f.delay_p90)}  peak per host {peak}")
     return f"{text}  {extra}" if extra else text

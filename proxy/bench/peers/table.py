@@ -21,6 +21,12 @@ def _bytes(n: int) -> str:
     return "-" if n < 0 else f"{n / 1000:.1f} kB"
 
 
+def _peak(f: dict[str, Any]) -> str:
+    """The peak of concurrent requests on one host; "-" when not measured (a replica, an older result)."""
+    peak = f.get("peak_per_host", -1)
+    return "-" if peak is None or peak < 0 else str(peak)
+
+
 def _per_cei(f: dict[str, Any]) -> float | None:
     return f["bytes"] / f["captured"] if f["bytes"] >= 0 and f["captured"] else None
 
@@ -37,7 +43,8 @@ def rows(result: dict[str, Any]) -> list[str]:
         delay = "/".join("-" if f[k] is None else f"{f[k]:.0f}" for k in ("delay_p50", "delay_p90"))
         out.append(f"| {name} | {p['name']} | {_pct(f['completeness'])} | {f['feed_gets']} | "
                    f"{_pct(f['conditional_share'])} | {_bytes(f['bytes'])} | "
-                   f"{'-' if per is None else f'{per:.0f} B'} | {delay} | {_pct(f['entry_completeness'])} |")
+                   f"{'-' if per is None else f'{per:.0f} B'} | {delay} | {_peak(f)} | "
+                   f"{_pct(f['entry_completeness'])} |")
     proxy = result["pollers"][0]["figures"]
     peers = [p for p in result["pollers"] if p["name"].startswith("peer ")]
     if peers:
@@ -47,12 +54,12 @@ def rows(result: dict[str, Any]) -> list[str]:
         mine, theirs = _per_cei(proxy), _per_cei(bf)
         cheaper = "-" if mine is None or theirs is None else ("yes" if mine <= theirs else "no")
         out.append(f"| {name} | **proxy / best peer ({best['name'][5:]})** | **{ratio:.2f}x** | | | | "
-                   f"no more bytes per CEI: {cheaper} | | |")
+                   f"no more bytes per CEI: {cheaper} | | | |")
     return out
 
 
 HEADER = ("| run | poller | CEI completeness | feed GETs | conditional | bytes | bytes per captured CEI "
-          "| delay p50/p90 (chronons) | entries seen |\n|---|---|---|---|---|---|---|---|---|")
+          "| delay p50/p90 (chronons) | peak per host | entries seen |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(paths: list[str]) -> None:
