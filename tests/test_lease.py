@@ -298,3 +298,53 @@ async def test_a_patient_holder_waits_for_its_own_turn_past_the_deadline(
     assert stored is not None and stored.expires_at > dt.datetime.now(dt.UTC)
     await _cancel(task)
     await a.release()
+
+
+class EnteredStore:
+    """The store, but each renewal first says it began and waits for ``turn``: the test can
+    stall the event loop while a renewal is on the wire."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.entered = asyncio.Event()
+        self.turn = asyncio.Event()
+        self.turn.set()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def renew_lease(self, lease: Lease, *, now: dt.datetime, ttl: float) -> Lease | None:
+        self.entered.set()
+        await self.turn.wait()
+        return await self.store.renew_lease(lease, now=now, ttl=ttl)
+
+
+async def test_a_stall_that_begins_with_a_renewal_on_the_wire_keeps_the_lease(
+    store: Store,
+) -> None:
+    """The renewal's answer comes during a synchronous stall of 1.5 TTLs; its timeout fires
+    as late, in the same turn of the loop: the renewal was never given its time. Nobody else
+    is on the database, so the holder must keep its lease at the same epoch (issue 48: this
+    failed under load as epoch 2, a step-down and a new election)."""
+    ttl = 0.6
+    slow = EnteredStore(store)
+    events = Events()
+    a = _leader(slow, "a", events, ttl)
+    assert await a.acquire() is not None
+    slow.turn.clear()
+    task = asyncio.create_task(a.run())
+    await asyncio.wait_for(slow.entered.wait(), 5)  # the first renewal is on the wire
+    slow.turn.set()  # its answer is ready: the stall begins before the loop can take it
+    time.sleep(1.5 * ttl)  # noqa: ASYNC251 -- the point: a synchronous stall
+    assert not a.holds()
+    for _ in range(200):
+        if a.holds():
+            break
+        await asyncio.sleep(0.02)
+    assert events.deposed == [] and events.elected == []
+    assert a.holds() and a.lease is not None and a.lease.epoch == 1
+    stored = await store.current_lease(LOOP_LEASE)
+    assert stored is not None and stored.epoch == 1
+    assert stored.expires_at > dt.datetime.now(dt.UTC)
+    await _cancel(task)
+    await a.release()

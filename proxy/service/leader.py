@@ -13,7 +13,9 @@ stored lease expires, so two loops never overlap while clocks agree. A holder
 that merely stalled past that moment (a long synchronous restore: it did
 nothing meanwhile, :meth:`Leader.holds` refused every tick) renews when it
 wakes: a takeover bumps the epoch, so a renewal that still matches proves
-nobody took the lease, and it goes on leading. A standby
+nobody took the lease, and it goes on leading. That holds too when the stall
+began with a renewal on the wire: its timeout, fired as late as the stall
+ended, gives the renewal one more TTL (:meth:`Leader._await_renewal`). A standby
 that finds the lease live sleeps until it expires (at most ``ttl / 3``), so it
 takes over within ``ttl`` of the holder's last renewal plus one attempt.
 
@@ -224,7 +226,7 @@ class Leader:
         waited = False
         try:
             try:
-                renewed = await asyncio.wait_for(asyncio.shield(renewal), left)
+                renewed, waited = await self._await_renewal(renewal, left)
             except TimeoutError:
                 if not self.patient:
                     renewal.cancel()
@@ -248,6 +250,29 @@ class Leader:
             return 0.0
         self._deadline = started + self.timing.ttl
         return self.timing.renew_every
+
+    async def _await_renewal(
+        self, renewal: asyncio.Future[Lease | None], left: float,
+    ) -> tuple[Lease | None, bool]:
+        """The renewal's result within ``left`` seconds of the event loop's time; whether it was
+        waited for past a stall (raises :class:`TimeoutError` otherwise).
+
+        A stall that begins while a renewal is on the wire (a long synchronous stretch, as
+        after the deadline in :meth:`_renew`) fires the timeout as late as the stall ends, in
+        the same turn of the loop as the answer that arrived meanwhile: the renewal never had
+        its time. A timeout more than ``renew_every`` late is such a stall, and the renewal
+        then gets one more TTL (ticks are refused meanwhile: :meth:`holds`); a slow database,
+        with the loop running, times out as before.
+        """
+        due = self._monotonic() + left
+        try:
+            return await asyncio.wait_for(asyncio.shield(renewal), left), False
+        except TimeoutError:
+            late = self._monotonic() - due
+            if late <= self.timing.renew_every:
+                raise
+            log.warning("lease_renewal_stalled", lease=self.name, late_seconds=round(late, 3))
+        return await asyncio.wait_for(asyncio.shield(renewal), self.timing.ttl), True
 
     async def _depose(self, reason: str) -> None:
         lease, self.lease = self.lease, None
