@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
+from proxy.bench._options import WORKLOAD_OPTION_NAMES, WorkloadOptions, with_workload_options
 from proxy.bench.live import LiveConfig, poisson_workload, reader_view
 from proxy.bench.metrics import ProbeRec, Pub, cei_outcome
 from proxy.bench.peers._peers import PEER_NAMES, PeerPlan, get_peer, rounds_for
@@ -107,3 +111,74 @@ async def test_each_installed_peer_polls_the_farm_and_is_scored(name: str, tmp_p
                        load_requests(tmp_path / f"t-peer-{name}-requests.jsonl"))
     assert again == f
     assert isinstance(gets_note(res, res, feeds), str)
+
+
+LIVE_ONLY = {
+    "database_url": "the peers bench keeps the proxy's database in --out",
+    "service": "the proxy runs as a process, as the peers do",
+    "ping_delay": "its pings are held by --ping-lag only",
+    "doc": "the peers' page is made by proxy.bench.peers.table",
+    "rule_kind": "one watch rule per profile: the peers' feeds are its feeds",
+    "push_share": "no hub: no peer subscribes to one",
+    "revisit_factor": "the proxy runs with its own settings",
+}
+"""The options of ``bench live`` that ``bench peers`` deliberately lacks, and why."""
+
+
+def _commands() -> tuple[dict[str, Any], dict[str, Any]]:
+    from typer.core import TyperGroup
+    from typer.main import get_command
+
+    from proxy.bench.cli import bench_app
+
+    group = get_command(bench_app)
+    assert isinstance(group, TyperGroup)
+    live, peers = (group.commands[name] for name in ("live", "peers"))
+    return {p.name: p for p in live.params}, {p.name: p for p in peers.params}
+
+
+def test_peers_takes_every_live_workload_option_as_live_declares_it() -> None:
+    live, peers = _commands()
+    for name in WORKLOAD_OPTION_NAMES:
+        a, b = live[name], peers[name]
+        assert (b.opts, b.secondary_opts, b.help) == (a.opts, a.secondary_opts, a.help), name
+        assert b.default == a.default or name == "workload", name
+    assert (live["workload"].default, peers["workload"].default) == ("poisson", "trace")
+    # Any other option live gains must be taken by peers too, or be listed above with a reason.
+    assert set(live) - set(peers) == set(LIVE_ONLY)
+
+
+def test_peers_parses_each_workload_option() -> None:
+    from typer.core import TyperGroup
+    from typer.main import get_command
+
+    from proxy.bench.cli import bench_app
+
+    group = get_command(bench_app)
+    assert isinstance(group, TyperGroup)
+    args = ["--workload", "poisson", "--trace", "t.csv", "--days", "3.5", "--feeds", "7", "--lam", "2.5",
+            "--profiles", "9", "--rank", "2", "--window", "4", "--chronons", "50", "--history", "--seed", "5"]
+    assert len(args) == 2 * len(WORKLOAD_OPTION_NAMES) - 1  # one value each but the --history flag
+    with group.commands["peers"].make_context("peers", args) as ctx:
+        got = {k: ctx.params[k] for k in WORKLOAD_OPTION_NAMES}
+    assert got == {"workload": "poisson", "trace": Path("t.csv"), "days": 3.5, "feeds": 7, "lam": 2.5,
+                   "profiles": 9, "rank": 2, "window": 4, "chronons": 50, "history": True, "seed": 5}
+
+
+def test_a_command_with_the_workload_options_gets_them_as_one_value() -> None:
+    got: list[tuple[WorkloadOptions, int]] = []
+
+    app = typer.Typer()
+
+    @app.command()
+    @with_workload_options(profiles=7)
+    def cmd(wl: WorkloadOptions, budget: int = 1) -> None:
+        got.append((wl, budget))
+
+    result = CliRunner().invoke(app, ["--feeds", "12", "--budget", "3"])
+    assert result.exit_code == 0, result.output
+    assert got == [(WorkloadOptions(feeds=12, profiles=7), 3)]
+    bw = got[0][0].build()
+    assert (bw.workload.resources, bw.workload.chronons) == (12, 300)
+    with pytest.raises(TypeError, match="not workload options: budget"):
+        with_workload_options(budget=2)

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
-bench_app = typer.Typer(no_args_is_help=True, add_completion=False)
+from proxy.bench._options import WorkloadOptions, with_workload_options, workload_parameters
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "real_feeds_items.csv"
+bench_app = typer.Typer(no_args_is_help=True, add_completion=False)
 
 NOTES = """
 Setup: the feed farm (in the benchmark process) replays the workload's update times on an
@@ -115,25 +115,15 @@ Why the live proxy and the simulator differ, and what was done about each cause:
 
 
 @bench_app.command("live")
+@with_workload_options()
 def live(
-    workload: Annotated[str, typer.Option(help="poisson (the paper's baseline-like) or trace.")] = "poisson",
-    trace: Annotated[Path, typer.Option(help="CSV trace feed_id,timestamp for --workload trace.")] = DEFAULT_TRACE,
-    days: Annotated[float, typer.Option(help="Trace: length of the busiest window replayed.")] = 14.0,
-    feeds: Annotated[int, typer.Option(help="Poisson: number of feeds (resources).")] = 100,
-    lam: Annotated[float, typer.Option(help="Poisson: mean updates per feed over the run.")] = 15.0,
-    profiles: Annotated[int, typer.Option(help="AuctionWatch profiles (watch rules).")] = 100,
-    rank: Annotated[int, typer.Option(help="Largest profile rank (feeds per profile).")] = 3,
-    window: Annotated[int, typer.Option(help="EI window W in chronons (rule 'within').")] = 10,
+    wl: WorkloadOptions,
     budget: Annotated[str, typer.Option(help="Budgets C, comma-separated (a run each).")] = "1",
     policy: Annotated[str, typer.Option(help="Policies, comma-separated (a run each).")] = "mrsf-p",
     chronon_seconds: Annotated[float, typer.Option(help="Chronon length of the live run.")] = 0.3,
-    chronons: Annotated[int, typer.Option(help="Number of chronons K.")] = 300,
-    history: Annotated[bool, typer.Option(
-        help="Trace: first fetches show each feed's items before the window (as real documents do).")] = False,
     ping_drop_rate: Annotated[float, typer.Option(help="Share of pings the farm drops.")] = 0.0,
     ping_delay: Annotated[float, typer.Option(help="Seconds the farm delays each ping.")] = 0.0,
     database_url: Annotated[str | None, typer.Option(help="Service database (default: SQLite in --out).")] = None,
-    seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
     service: Annotated[str, typer.Option(help="process (proxy serve as a child) or inline.")] = "process",
     phase: Annotated[float, typer.Option(
         help="When update u is published, in chronons from the start of chronon u (-1..1).")] = -0.1,
@@ -155,6 +145,11 @@ def live(
     revisit_factor: Annotated[float | None, typer.Option(
         help="The service's PROXY_DISCOVERY_REVISIT_FACTOR: no watched feed waits longer than this many "
              "round-robin cycles (feeds / budget) for a probe; 0: no bound (default: the service's).")] = None,
+    publisher_hints: Annotated[float | None, typer.Option(
+        help="Issue 45: each RSS feed states its true mean update interval over the run, times "
+             "exp(SIGMA * N(0,1)), in the syndication module (sy:updatePeriod/sy:updateFrequency), and the "
+             "service takes it as a prior (PROXY_DISCOVERY_PUBLISHER_HINTS). Default: no hints, as real "
+             "traces have none.")] = None,
 ) -> None:
     """Run the service against the feed farm, the simulator and plain readers on one workload.
 
@@ -164,27 +159,14 @@ def live(
     """
     import asyncio
 
-    from proxy.bench.live import (
-        BenchError,
-        LiveConfig,
-        check_rule_kind,
-        poisson_workload,
-        run_benchmark,
-        trace_workload,
-    )
+    from proxy.bench.live import LiveConfig, check_rule_kind, run_benchmark
     from proxy.bench.workload_rules import RULE_WORKLOADS, rules_workload
 
+    seed = wl.seed
     try:
         budgets = [int(b) for b in budget.split(",") if b.strip()]
         policies = [p.strip() for p in policy.split(",") if p.strip()]
-        if workload == "poisson":
-            bw = poisson_workload(resources=feeds, profiles=profiles, chronons=chronons, lam=lam,
-                                  rank=rank, window=window, seed=seed)
-        elif workload == "trace":
-            bw = trace_workload(trace, chronons=chronons, days=days, profiles=profiles, rank=rank,
-                                window=window, seed=seed, history=history)
-        else:
-            raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
+        bw = wl.build()
         if rule_kind in RULE_WORKLOADS:  # the same updates and profiles' feeds, as keyword triggers
             bw = rules_workload(bw, rule_kind, seed)
         check_rule_kind(rule_kind, bw)
@@ -213,11 +195,13 @@ def live(
         kind = "" if rule_kind == "watch" else f"-{rule_kind}"  # watch runs keep their names
         bound = "" if revisit_factor is None else f"-revisit{revisit_factor:g}"
         push = f"-push{round(100 * push_share)}" if push_share else ""
+        push += "" if publisher_hints is None else f"-hints{publisher_hints:g}"
         tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{push}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                          service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
-                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share)
+                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share,
+                         publisher_hints=publisher_hints)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)
@@ -291,30 +275,21 @@ def _delays(q: dict[str, float], keys: tuple[str, ...] = ("p50", "p90")) -> str:
 
 
 WORKLOAD_DEFAULTS: dict[str, str] = {
-    "--workload": "poisson", "--trace": str(DEFAULT_TRACE), "--days": "14.0", "--feeds": "100",
-    "--lam": "15.0", "--profiles": "100", "--rank": "3", "--window": "10", "--chronons": "300",
-    "--seed": "1",
-}
-"""The workload options of ``live`` with their defaults (a saved command line is read with these)."""
+    f"--{p.name}": str(p.default) for p in workload_parameters() if not isinstance(p.default, bool)}
+"""The workload options of ``live`` that take a value, with their defaults (a saved command line is
+read with these; ``--history`` is a flag)."""
 
 
 def _workload_from_command(command: str) -> Any:
     """Rebuild the workload a saved ``proxy bench live …`` command line generated."""
-    from proxy.bench.live import poisson_workload, trace_workload
-
     opts = dict(WORKLOAD_DEFAULTS)
     words = shlex.split(command)
     for i, w in enumerate(words[:-1]):
         if w in opts:
             opts[w] = words[i + 1]
-    profiles, rank, window = int(opts["--profiles"]), int(opts["--rank"]), int(opts["--window"])
-    seed, chronons = int(opts["--seed"]), int(opts["--chronons"])
-    if opts["--workload"] == "trace":
-        return trace_workload(Path(opts["--trace"]), chronons=chronons, days=float(opts["--days"]),
-                              profiles=profiles, rank=rank, window=window, seed=seed,
-                              history="--history" in words)
-    return poisson_workload(resources=int(opts["--feeds"]), lam=float(opts["--lam"]), chronons=chronons,
-                            profiles=profiles, rank=rank, window=window, seed=seed)
+    values = {p.name: type(p.default)(opts[f"--{p.name}"]) for p in workload_parameters()
+              if not isinstance(p.default, bool)}
+    return WorkloadOptions(**values, history="--history" in words).build()
 
 
 @bench_app.command("reanalyse")

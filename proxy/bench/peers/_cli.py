@@ -9,25 +9,15 @@ from typing import Annotated
 
 import typer
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[4] / "shared" / "traces" / "real_feeds_items.csv"
+from proxy.bench._options import WorkloadOptions, with_workload_options
 
 
+@with_workload_options(workload="trace")
 def peers(
-    workload: Annotated[str, typer.Option(help="poisson (the paper's baseline-like) or trace.")] = "trace",
-    trace: Annotated[Path, typer.Option(help="CSV trace feed_id,timestamp for --workload trace.")] = DEFAULT_TRACE,
-    days: Annotated[float, typer.Option(help="Trace: length of the busiest window replayed.")] = 14.0,
-    feeds: Annotated[int, typer.Option(help="Poisson: number of feeds (resources).")] = 100,
-    lam: Annotated[float, typer.Option(help="Poisson: mean updates per feed over the run.")] = 15.0,
-    profiles: Annotated[int, typer.Option(help="AuctionWatch profiles (watch rules).")] = 100,
-    rank: Annotated[int, typer.Option(help="Largest profile rank (feeds per profile).")] = 3,
-    window: Annotated[int, typer.Option(help="EI window W in chronons (rule 'within').")] = 10,
+    wl: WorkloadOptions,
     budget: Annotated[int, typer.Option(help="The proxy's budget C (probes per chronon).")] = 1,
     policy: Annotated[str, typer.Option(help="The proxy's policy.")] = "mrsf-p",
     chronon_seconds: Annotated[float, typer.Option(help="Chronon length of the proxy's run.")] = 0.3,
-    chronons: Annotated[int, typer.Option(help="Number of chronons K.")] = 300,
-    history: Annotated[bool, typer.Option(
-        help="Trace: first fetches show each feed's items before the window.")] = False,
-    seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
     phase: Annotated[float, typer.Option(help="When update u is published, in chronons from chronon u.")] = -0.1,
     ping_lag: Annotated[float, typer.Option(help="Chronons the farm holds every ping.")] = 0.2,
     ping_drop_rate: Annotated[float, typer.Option(
@@ -47,20 +37,13 @@ def peers(
     """
     import asyncio
 
-    from proxy.bench.live import BenchError, LiveConfig, poisson_workload, trace_workload
+    from proxy.bench.live import LiveConfig
     from proxy.bench.peers._peers import get_peer
     from proxy.bench.peers._run import main
 
     try:
         chosen = [get_peer(p.strip()) for p in peer_list.split(",") if p.strip()]
-        if workload == "poisson":
-            bw = poisson_workload(resources=feeds, profiles=profiles, chronons=chronons, lam=lam,
-                                  rank=rank, window=window, seed=seed)
-        elif workload == "trace":
-            bw = trace_workload(trace, chronons=chronons, days=days, profiles=profiles, rank=rank,
-                                window=window, seed=seed, history=history)
-        else:
-            raise BenchError(f"--workload must be poisson or trace, got {workload!r}")
+        bw = wl.build()
         from proxy.core.policies import get_policy
 
         get_policy(policy)
@@ -70,7 +53,7 @@ def peers(
     typer.echo(bw.description)
     argv = sys.argv[sys.argv.index("peers"):] if "peers" in sys.argv else ["peers"]
     command = "proxy bench " + " ".join(shlex.quote(a) for a in argv)
-    cfg = LiveConfig(policy=policy, budget=budget, chronon_seconds=chronon_seconds, seed=seed, phase=phase,
+    cfg = LiveConfig(policy=policy, budget=budget, chronon_seconds=chronon_seconds, seed=wl.seed, phase=phase,
                      ping_lag=ping_lag, reader_orders=reader_orders, ping_drop_rate=ping_drop_rate)
     past = "-history" if bw.history else ""
     drop = f"-drop{round(100 * ping_drop_rate)}" if ping_drop_rate else ""
