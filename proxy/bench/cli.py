@@ -145,11 +145,6 @@ def live(
     revisit_factor: Annotated[float | None, typer.Option(
         help="The service's PROXY_DISCOVERY_REVISIT_FACTOR: no watched feed waits longer than this many "
              "round-robin cycles (feeds / budget) for a probe; 0: no bound (default: the service's).")] = None,
-    publisher_hints: Annotated[float | None, typer.Option(
-        help="Issue 45: each RSS feed states its true mean update interval over the run, times "
-             "exp(SIGMA * N(0,1)), in the syndication module (sy:updatePeriod/sy:updateFrequency), and the "
-             "service takes it as a prior (PROXY_DISCOVERY_PUBLISHER_HINTS). Default: no hints, as real "
-             "traces have none.")] = None,
 ) -> None:
     """Run the service against the feed farm, the simulator and plain readers on one workload.
 
@@ -195,13 +190,11 @@ def live(
         kind = "" if rule_kind == "watch" else f"-{rule_kind}"  # watch runs keep their names
         bound = "" if revisit_factor is None else f"-revisit{revisit_factor:g}"
         push = f"-push{round(100 * push_share)}" if push_share else ""
-        push += "" if publisher_hints is None else f"-hints{publisher_hints:g}"
         tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{push}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                          service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
-                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share,
-                         publisher_hints=publisher_hints)
+                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)
