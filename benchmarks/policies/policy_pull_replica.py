@@ -48,6 +48,11 @@ suggests must be confirmed live.
         --explore 0 --explore 0.2 TRACE.csv:PROFILES:BUDGET ...
     .venv/bin/python benchmarks/policies/policy_pull_replica.py --chronon-seconds 6048 \\
         --predicted off --predicted sup --predicted fbsup TRACE.csv:PROFILES:BUDGET ...
+    .venv/bin/python benchmarks/policies/policy_pull_replica.py --co-update 0.5 TRACE.csv:PROFILES:BUDGET ...
+
+``--co-update R`` hands the allocator the co-update model's hints
+(``proxy.core.coupdate.CoUpdates``, told every probe's finds) with ``CaptureExplore``'s
+``react`` threshold ``R`` (0, the default: no hints), in every column.
 
 ``SEED`` (default 1, the live bench's) draws the workload's profiles. Each
 column is one ``(z, level_exponent, pool strength, explore share, predicted)``
@@ -67,6 +72,7 @@ from typing import NamedTuple
 from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes
 from proxy.bench.live import BenchWorkload, reader_view, trace_workload
 from proxy.bench.metrics import ProbeRec, Pub, cei_outcome, entry_outcome, quantiles
+from proxy.core.coupdate import CoUpdates
 from proxy.core.discovery import CaptureExplore, revisit_bound, waiting_share
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
@@ -116,7 +122,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
            days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-           orders: int = READER_ORDERS, revisit: float | None = None) -> tuple[float, float, float, int]:
+           orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     :func:`replay_run`'s first four figures (its arguments).
@@ -124,7 +130,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     return replay_run(path, profiles, budget, z, level_exponent, predicted, share, length, kinds, pool=pool,
                       explore=explore, seed=seed, fade=fade, rounds=rounds, rates=rates, rank=rank,
                       window=window, chronons=chronons, days=days, whole_windows=whole_windows, lead=lead,
-                      orders=orders, revisit=revisit)[:4]
+                      orders=orders, revisit=revisit, co_update=co_update)[:4]
 
 
 def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
@@ -133,7 +139,7 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
                explore: float = EXPLORE_SHARE, seed: int = 1, fade: float = EVIDENCE_FADE,
                rounds: int = COORDINATION_ROUNDS, rates: str = "learnt", rank: int = RANK, window: int = WINDOW,
                chronons: int = CHRONONS, days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-               orders: int = READER_ORDERS, revisit: float | None = None) -> Replay:
+               orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0) -> Replay:
     """One replay: live-equivalent completeness, the readers' at equal probes, the probes, the delays.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -161,6 +167,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     ``revisit``: the loop's revisit factor (``proxy.core.discovery.revisit_bound``; ``None`` or 0:
     no bound), as ``PROXY_DISCOVERY_REVISIT_FACTOR``: every watched feed is then shown to the
     allocator, those no rule waits for now at weight 0, so the bound covers them too.
+    ``co_update``: the co-update hints' react threshold (``CaptureExplore``'s ``react``,
+    ``proxy.core.coupdate.CoUpdates``; 0: no hints).
     """
     if rates not in RATES:
         raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
@@ -182,7 +190,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     evidence = dict.fromkeys(watched, (0.0, 0.0))  # FeedSlot.evidence
     shapes: dict[int, CycleShape | None] = dict.fromkeys(watched)  # FeedSlot.shape
     allocator = CaptureExplore(epsilon=explore, level_exponent=level_exponent, coordination_rounds=rounds,
-                               unfunded=UNFUNDED_CATCH)
+                               unfunded=UNFUNDED_CATCH, react=co_update or 0.5)
+    co = CoUpdates() if co_update > 0 else None
     mode = Predicted(predicted)
     planner = (None if mode is Predicted.OFF
                else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
@@ -221,9 +230,11 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             extra = [r for r in watched if r not in waits and r not in first]
             feeds, rate, shown = feeds + extra, list(rate) + [0.0] * len(extra), shown + [None] * len(extra)
             bound = revisit_bound(budget, len(feeds), window, revisit)
-        picked = first + allocator.pick(budget - len(first), t, feeds, [last[r] for r in feeds], rate,
+        lasts = [last[r] for r in feeds]
+        hint = None if co is None else co.hints(t, window, feeds, lasts, rate)
+        picked = first + allocator.pick(budget - len(first), t, feeds, lasts, rate,
                                         [waits.get(r, 0.0) for r in feeds], window, shape=shown,
-                                        groups=lambda g=groups: g, revisit=bound)
+                                        groups=lambda g=groups: g, revisit=bound, hint=hint)
         for r in picked:
             if t >= 0:  # the lead's probes are not the run's
                 probes.append(ProbeRec(r, t, float(t), True))
@@ -232,6 +243,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             # The first probe's changes are those dated since the rules' install (before chronon 0):
             # TriggerEvaluator._first_probe_updates.
             found = [u for u in ups[r] if (before is None or before < u) and u <= t]
+            if co is not None:
+                co.observe(r, t, found)
             if before is not None:
                 models.observe_probe(r, last_at[r], at, len(found), [dated(u) for u in found])
             for i in rules_of[r] if found else ():
@@ -336,6 +349,9 @@ def main() -> None:
     parser.add_argument("--reader-orders", type=int, default=READER_ORDERS,
                         help=f"feed orders the readers' figures are the mean over (default {READER_ORDERS}, the "
                              "live bench's; 1: the feeds' own order alone)")
+    parser.add_argument("--co-update", type=float, default=0.0,
+                        help="react threshold of the co-update hints, in every column (proxy.core.coupdate; "
+                             "0: no hints, the default)")
     parser.add_argument("--revisit", type=float, action="append",
                         help="revisit factors to compare (proxy.core.discovery.revisit_bound; 0: no bound, the "
                              "default)")
@@ -366,6 +382,7 @@ def main() -> None:
                              seed=int(seed[0]) if seed else 1, fade=args.fade,
                              rounds=args.rounds, rank=args.rank, window=args.window,
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
+                             co_update=args.co_update,
                              chronons=args.chronons, days=args.days, revisit=revisit or None)
             live, rr, ad, delays = run.live, run.rr, run.ad, run.delays
             ratios[k].append(live / max(rr, ad))

@@ -632,6 +632,14 @@ class CaptureExplore:
     office-hours feed gets its probes in office hours and a daily digest just
     after its slot, within the same budget.
 
+    With ``hint`` (``proxy.core.coupdate.CoUpdates.hints``: the chance each
+    feed holds an update its last success missed, from its partners' updates),
+    the feeds whose hint reaches ``react`` are probed after the due and explore
+    steps and before the stride, the largest ``weight × hint`` first (a noisy
+    ping), within a running credit of ``react_share`` of the budget, which the
+    frequencies then leave (issue 45, item 3: not measured better than that
+    share left to the fill without hints, ``docs/discovery.md``, "Co-updates").
+
     With ``coordination_rounds`` and the waiting rules' ``groups``, the
     frequencies go by :func:`coordinated_weights`: a rule's share on a feed
     counts as much as its other feeds are likely to be caught, so the budget
@@ -642,12 +650,13 @@ class CaptureExplore:
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq_at", "_ledger", "_level_exponent", "_refresh", "_rounds", "_unfunded",
-                 "_z")
+    __slots__ = ("_epsilon", "_explore", "_freq_at", "_ledger", "_level_exponent", "_react", "_react_credit",
+                 "_react_share", "_refresh", "_reserve", "_rounds",
+                 "_unfunded", "_z")
 
     def __init__(
         self, *, z: float = 1.0, epsilon: float = 0.2, refresh: int = 10, level_exponent: float = 1.0,
-        coordination_rounds: int = 0, unfunded: float = 0.3,
+        coordination_rounds: int = 0, unfunded: float = 0.3, react: float = 0.3, react_share: float = 0.1,
     ) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
@@ -661,6 +670,14 @@ class CaptureExplore:
             raise ValueError(f"coordination_rounds must be >= 0, got {coordination_rounds}")
         if not 0.0 < unfunded <= 1.0:
             raise ValueError(f"unfunded must be in (0, 1], got {unfunded}")
+        if not 0.0 < react <= 1.0:
+            raise ValueError(f"react must be in (0, 1], got {react}")
+        if not 0.0 <= react_share <= 1.0:
+            raise ValueError(f"react_share must be in [0, 1], got {react_share}")
+        self._react = react
+        self._react_share = react_share
+        self._react_credit = 0.0
+        self._reserve = 0.0  # the budget share the frequencies leave to the react step (with hints)
         self._z = z
         self._rounds = coordination_rounds
         self._unfunded = unfunded
@@ -710,6 +727,7 @@ class CaptureExplore:
         shape: Sequence[CycleShape | None] | None = None,
         groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None = None,
         revisit: int | Sequence[int] | None = None,
+        hint: Sequence[float] | _Floats | None = None,
     ) -> list[int]:
         """At most ``budget`` distinct ``resources`` to probe at ``now``: due, explored, strided, then filled.
 
@@ -725,7 +743,9 @@ class CaptureExplore:
         set: the frequencies then go by the coordinated weights, the fill by
         ``weight``; ``revisit``: the longest a feed may go unprobed, one for
         all (:func:`revisit_bound`) or one per resource (``None``: no bound),
-        the due feeds probed first, earliest deadline first. ``resources`` are distinct; sequences or numpy arrays.
+        the due feeds probed first, earliest deadline first; ``hint[i]``: the chance resource ``i``
+        holds an update its rate does not explain (co-updates; ``None``: no hints). ``resources``
+        are distinct; sequences or numpy arrays.
 
         One numpy pass over the feeds (the stride credit and frequencies are
         arrays by resource id); Python work per feed only for the shaped
@@ -751,6 +771,7 @@ class CaptureExplore:
         slot, known = ledger.find(res)
         if self._freq_at is None or now - self._freq_at >= self._refresh or not known.all():
             self._freq_at = now
+            self._reserve = 0.0 if hint is None else self._react_share
             f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
             slot = ledger.slots(res)  # new ids first: the arrays may be replaced
             # A feed no rule waits for now (weight 0: one only the revisit bound keeps) keeps its last
@@ -784,9 +805,20 @@ class CaptureExplore:
         stalest = (rest[_best(k, np.where(never, -np.inf, last)[rest], res[rest])] if k > 0
                    else np.empty(0, dtype=np.intp))
         stalest = np.concatenate((due, stalest))
+        free[stalest] = False
+        if hint is not None:
+            # 1b. react: a partner's update says this feed likely changed (a noisy ping), largest worth
+            # first, within a running credit of react_share of the budget (the frequencies leave it).
+            self._react_credit = min(self._react_credit + self._react_share * budget, float(budget))
+            room = min(int(self._react_credit + 1e-9), budget - stalest.size)
+            h = np.asarray(hint, dtype=np.float64).reshape(n)
+            hot = np.flatnonzero(free & (w > 0) & (h >= self._react)) if room > 0 else np.empty(0, dtype=np.intp)
+            hot = hot[_best(min(hot.size, room), -(w[hot] * h[hot]), res[hot])]
+            self._react_credit -= hot.size
+            free[hot] = False
+            stalest = np.concatenate((stalest, hot))
         k = stalest.size
         _spend(credit, slot[stalest])
-        free[stalest] = False
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
         # A feed no rule waits for now (weight 0: one only the revisit bound keeps) is left out of the
         # stride as if absent: no probe on the frequency it had when it was waited for, its credit kept.
@@ -825,7 +857,7 @@ class CaptureExplore:
             at = np.asarray(shaped, dtype=np.intp)
             mass = cycle_masses(cast("list[CycleShape]", [shape[i] for i in shaped]), now, now + span)
             ahead[at] = ahead[at] * (mass / span)
-        spend = (1.0 - self._epsilon) * budget
+        spend = max(1.0 - self._epsilon - self._reserve, 0.0) * budget
         fund = weight
         if groups is not None and self._rounds > 0:
             fund = _coordinated(groups(), res, ahead, weight, spend, window, self._rounds, self._unfunded,
