@@ -16,9 +16,13 @@ program fetches and when, within its minute, is its own decision.
   minute boundary: the window is ``R - 1/2`` of its minutes, so it holds ``R``.
 - **newsboat** reloads every feed every ``reload-time`` (whole, real) minutes;
   faketime breaks its sleep loop, so its minutes are real and the trace is
-  compressed instead (a chronon = ``60 (R - 1/2) / K`` seconds).
+  compressed instead (a chronon = ``60 (R - 1/2) / K`` seconds).  Its reload
+  thread keeps exact 60 s steps (it subtracts the reload's own time), so it
+  makes its ``R`` rounds at any ``R``; it sleeps between them, so it runs beside
+  the other peers (``idle``), each on its own farm.
 - **changedetection.io** checks each watch every ``T`` whole seconds (its own
-  1 s ticker); the chronon is stretched so that ``T`` is whole.
+  1 s ticker), which come out as ``T`` or ``T + 1`` (:func:`cdio_interval`); the
+  chronon is stretched so that ``R`` such periods fill the run (:func:`cdio_window`).
 
 Deliberately not here: scoring (:mod:`proxy.bench.peers._score`).
 """
@@ -86,6 +90,8 @@ class Peer(Protocol):
     name: str
     fairness: str
     """Why its configuration is a fair match for the proxy's (printed in docs/peers.md)."""
+    idle: bool
+    """It sleeps through real minutes between rounds, so it runs beside the other peers."""
 
     def missing(self) -> str | None:
         """Why it cannot run here (not installed, not driven yet), or ``None``."""
@@ -126,6 +132,7 @@ async def _stop(proc: asyncio.subprocess.Process, grace: float = 5.0) -> None:
 class Rss2email:
     """rss2email 3.13 (Debian): ``r2e run`` from an emulated cron, once a peer minute."""
 
+    idle = False
     name = "rss2email"
     fairness = (
         "cron's finest step is a minute, and r2e fetches every feed in config order on each run, so "
@@ -185,6 +192,7 @@ class Rss2email:
 class Reader:
     """lemon24/reader 3.27: scheduled updates (interval 1 minute) under faketime."""
 
+    idle = False
     name = "reader"
     fairness = (
         "reader decides itself which feeds are due (update_after on whole-minute interval boundaries, "
@@ -238,6 +246,7 @@ class Reader:
 class Newsboat:
     """newsboat 2.21 (Debian): auto-reload every ``reload-time`` real minutes, in a pseudo-terminal."""
 
+    idle = True
     name = "newsboat"
     fairness = (
         "newsboat reloads every feed every reload-time minutes (1, its minimum) and at start-up; "
@@ -292,15 +301,45 @@ def _drain(fd: int) -> None:
         os.read(fd, 65536)
 
 
+def cdio_interval(rounds: int, seconds: float) -> int:
+    """changedetection.io's interval T (whole seconds) for ``rounds`` checks of each watch.
+
+    Its worker stamps ``last_checked = round(time.time())`` when a check starts
+    (``worker.py``) and its ticker looks every second plus its own work
+    (``flask_app.py``, ``ticker_thread_check_time_launch_checks``), queueing a
+    watch once ``now - last_checked >= T``.  So a watch's checks are T *or* T + 1
+    seconds apart, depending on where in its second the check started, and the
+    first comes up to a tick after the unpause.  For ``R`` rounds to fit a
+    window whatever that phase, ``R`` periods must differ from ``R - 1`` by more
+    than that second: T at least ``2 R`` (and no shorter than the proxy's run
+    would make it).
+    """
+    return max(2 * rounds, round(seconds / rounds), 1)
+
+
+def cdio_window(rounds: int, interval: int) -> float:
+    """The run's wall length for ``rounds`` checks ``interval`` (+ 0 or 1) seconds apart.
+
+    Checks fall at ``c0 + j P`` with the first tick ``c0`` in [0, 1] s and the period
+    ``P`` in [T, T + 1]: half a second for the first tick, then ``R - 1/2`` periods of
+    T + 1/2 puts the window's end half a period after the ``R``-th check, so ``R``
+    checks of each watch fall in it for any ``P`` in (W - 1) / (R - 1) > P > W / R,
+    which holds [T, T + 1] with about half a second to spare either side when T = 2 R.
+    """
+    return 0.5 + (rounds - 0.5) * (interval + 0.5)
+
+
 class Changedetection:
     """changedetection.io 0.60.10: one watch per feed, its interval in seconds, its own 1 s ticker."""
 
+    idle = False
     name = "changedetection"
     fairness = (
         "changedetection.io checks each watch when its own interval has passed since its last check "
         "(its ticker looks every second, most overdue first, FETCH_WORKERS 10 by default); every watch "
-        "gets the same interval in whole seconds, the one that makes the proxy's GETs, and the chronon "
-        "is stretched so that the interval is whole. It sends no conditional requests, as it never does. "
+        "gets the same interval in whole seconds, and the chronon is stretched so that the run holds "
+        "the number of its checks that makes the proxy's GETs, whether its 1 s ticker and the whole "
+        "second it stamps each check with make a period T or T + 1 s. It sends no conditional requests, as it never does. "
         "MINIMUM_SECONDS_RECHECK_TIME=1, ALLOW_IANA_RESTRICTED_ADDRESSES=true for 127.0.0.1, "
         "DISABLE_VERSION_CHECK=yes; its example watches are deleted and the feeds' watches created "
         "paused, then unpaused at chronon 0.")
@@ -315,9 +354,9 @@ class Changedetection:
 
     def plan(self, feeds: int, chronons: int, gets: int, chronon_seconds: float) -> PeerPlan:
         rounds = rounds_for(feeds, gets)
-        # Checks at 0, T, 2T ...: K chronons of R*T seconds hold R rounds; T whole seconds.
-        interval = max(1, round(chronons * chronon_seconds / rounds))
-        return PeerPlan(interval * rounds / chronons, chronons / rounds, rounds, {
+        interval = cdio_interval(rounds, chronons * chronon_seconds)
+        window = cdio_window(rounds, interval)
+        return PeerPlan(window / chronons, interval * chronons / window, rounds, {
             "time_between_check": {"seconds": interval}, "time_between_check_use_default": False,
             "MINIMUM_SECONDS_RECHECK_TIME": 1, "processor": "text_json_diff (its default)"})
 

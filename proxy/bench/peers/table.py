@@ -8,6 +8,7 @@ GETs) and its bytes per captured CEI against that peer's.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,12 @@ def _per_cei(f: dict[str, Any]) -> float | None:
 
 def rows(result: dict[str, Any]) -> list[str]:
     """The table rows of one result: each poller, then the target's check."""
-    name = f"{result['workload']} C{result['tag'].split('-C')[1].split('-')[0]}"
+    workload = result["workload"]
+    # Every trace run is tagged "trace": name it by its file (its description starts "real trace FILE:").
+    traced = re.match(r"real trace (\S+):", result.get("description", ""))
+    if workload == "trace" and traced:
+        workload = Path(traced.group(1)).stem
+    name = f"{workload} C{result['tag'].split('-C')[1].split('-')[0]}"
     if "-drop" in result["tag"]:
         name += f", {result['tag'].split('-drop')[1].split('-')[0]} % pings dropped"
     out = []
