@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -38,12 +39,15 @@ __all__ = [
     "FrequencyStride",
     "MemorylessSqrt",
     "RoundRobinWatch",
+    "TailFloor",
     "background_probes",
     "capture_frequencies",
     "coordinated_weights",
     "freshness_frequencies",
     "rank_background",
     "revisit_bound",
+    "tail_floor",
+    "tail_period",
     "waiting_share",
     "wic_probes",
 ]
@@ -86,6 +90,88 @@ def revisit_bound(budget: float, feeds: int, window: int, factor: float) -> int:
     if not factor >= 1.0 or not math.isfinite(factor):
         raise ValueError(f"factor must be a finite number >= 1, got {factor}")
     return max(window + 1, math.ceil(factor * feeds / budget - 1e-9))
+
+
+def tail_period(budget: float, feeds: int, window: int, cycle_share: float = 0.85) -> int:
+    """Chronons between two probes of a feed the tail floor keeps: ``max(window + 1, floor(cycle_share * feeds / budget))``.
+
+    A plain round-robin over ``feeds`` at ``budget`` probes a chronon finds each
+    update within ``feeds / budget`` chronons, uniformly, so its p90 detection
+    delay is about ``0.9 * feeds / budget``; a feed probed every
+    ``cycle_share * feeds / budget`` chronons (0.85: a little under that p90, so
+    that the pooled p90 stays below it) finds its updates sooner than that
+    reader's p90. Issue 45, item 1 (``docs/discovery.md``, "The tail where the
+    updates are").
+    """
+    if budget <= 0:
+        raise ValueError(f"budget must be > 0, got {budget}")
+    if feeds < 0 or window < 0:
+        raise ValueError(f"feeds and window must be >= 0, got {feeds}, {window}")
+    if not 0.0 < cycle_share <= 1.0:
+        raise ValueError(f"cycle_share must be in (0, 1], got {cycle_share}")
+    return max(window + 1, math.floor(cycle_share * feeds / budget + 1e-9))
+
+
+@dataclass(frozen=True, slots=True)
+class TailFloor:
+    """How :class:`CaptureExplore` keeps the detection delay's p90 down: the feeds holding most updates, in turn.
+
+    The feeds with the highest ``rate`` (the rates passed as ``tail_rate``, every
+    watched feed's, those no rule waits for too), up to ``share`` of the rate
+    mass, are probed at least once per ``period`` chronons (:func:`tail_period`),
+    so long as the probes this adds to the capture frequencies stay within
+    ``budget_share`` of the budget. The detection delay is pooled over updates,
+    which concentrate on fast feeds: a watch rule's fast feed, once in its CEI,
+    is worth nothing to the rule until its slow partners change, and without
+    this it waits while its updates pile up.
+    """
+
+    period: int
+    budget_share: float
+    share: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.period < 1:
+            raise ValueError(f"period must be >= 1, got {self.period}")
+        if not 0.0 <= self.budget_share <= 1.0:
+            raise ValueError(f"budget_share must be in [0, 1], got {self.budget_share}")
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"share must be in [0, 1], got {self.share}")
+
+
+def tail_floor(rate: Sequence[float] | npt.NDArray[np.float64], funded: Sequence[float] | npt.NDArray[np.float64],
+               budget: float, floor: TailFloor) -> list[float]:
+    """Each feed's floor frequency under ``floor``: ``1 / floor.period`` for the chosen feeds, 0 for the others.
+
+    Feeds are taken fastest first (ties by position) while the rate mass before
+    them is under ``floor.share`` of the total and the probes they add, ``1 /
+    period`` minus what ``funded[i]`` (the capture frequency a feed has anyway)
+    already gives, stay within ``floor.budget_share * budget``. Fastest first is
+    the greedy optimum of the pooled tail: raising feed ``i`` to ``1 / period``
+    removes about ``rate[i]`` updates a chronon from the tail at a cost of at
+    most ``1 / period``, the same for every feed.
+    """
+    out = _tail_floor(np.asarray(rate, dtype=np.float64), np.asarray(funded, dtype=np.float64), budget, floor)
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def _tail_floor(rate: _Floats, funded: _Floats, budget: float, floor: TailFloor) -> _Floats:
+    """:func:`tail_floor` on arrays."""
+    lam = np.maximum(rate.reshape(rate.size), 0.0)
+    if funded.size != lam.size:
+        raise ValueError("rate and funded must have the same length")
+    out = np.zeros(lam.size)
+    total = float(lam.sum())
+    if lam.size == 0 or total <= 0 or floor.budget_share <= 0:
+        return out
+    order = np.lexsort((np.arange(lam.size), -lam))
+    g = 1.0 / floor.period
+    before = np.concatenate(([0.0], np.cumsum(lam[order])[:-1]))
+    spent = np.cumsum(np.maximum(g - funded.reshape(lam.size)[order], 0.0))
+    take = np.logical_and.accumulate((before < floor.share * total * (1 - 1e-12))
+                                     & (spent <= floor.budget_share * budget + 1e-9))
+    out[order[take]] = g
+    return out
 
 
 def background_probes(
@@ -575,7 +661,8 @@ class FrequencyStride:
                 credit[i] = max(float(credit[i]) - 1.0, 0.0)
 
 
-_FREQ, _CREDIT, _SEEN = 0, 1, 2  # CaptureExplore's ledger rows (_SEEN: the chronon a resource was first shown)
+# CaptureExplore's ledger rows (_SEEN: the chronon a resource was first shown; _TAIL: its tail floor's frequency)
+_FREQ, _CREDIT, _SEEN, _TAIL = 0, 1, 2, 3
 
 
 class CaptureExplore:
@@ -686,7 +773,7 @@ class CaptureExplore:
         self._refresh = refresh
         self._explore = 0.0
         # Per resource id: the last frequencies (row FREQ) and the stride credit (row CREDIT, a FrequencyStride's).
-        self._ledger = _Ledger(3)
+        self._ledger = _Ledger(4)
         self._freq_at: int | None = None
 
     def frequency(self, resource: int) -> float:
@@ -728,6 +815,8 @@ class CaptureExplore:
         groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None = None,
         revisit: int | Sequence[int] | None = None,
         hint: Sequence[float] | _Floats | None = None,
+        tail: TailFloor | None = None,
+        tail_rate: Sequence[float] | _Floats | None = None,
     ) -> list[int]:
         """At most ``budget`` distinct ``resources`` to probe at ``now``: due, explored, strided, then filled.
 
@@ -772,11 +861,25 @@ class CaptureExplore:
         if self._freq_at is None or now - self._freq_at >= self._refresh or not known.all():
             self._freq_at = now
             self._reserve = 0.0 if hint is None else self._react_share
-            f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups)
+            floor = np.zeros(n)
+            if tail is not None and tail_rate is not None:
+                if len(tail_rate) != n:
+                    raise ValueError("tail_rate and resources must have the same length")
+                # What the capture frequencies gave each feed beyond its floor at the last recomputation
+                # (a feed held at its floor alone is not funded: its floor is what it costs).
+                funded = np.zeros(n)
+                if known.any():
+                    had, held = ledger.values[_FREQ, slot], ledger.values[_TAIL, slot]
+                    funded = np.where(known & (w > 0) & (had > held + 1e-12), had, 0.0)
+                floor = _tail_floor(np.asarray(tail_rate, dtype=np.float64), funded,
+                                    (1.0 - self._epsilon) * budget, tail)
+            f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups, floor)
             slot = ledger.slots(res)  # new ids first: the arrays may be replaced
+            ledger.values[_TAIL, slot] = floor
             # A feed no rule waits for now (weight 0: one only the revisit bound keeps) keeps its last
-            # frequency, as a feed the caller left out does, for when a rule waits for it again.
-            now_given = (w > 0) | ~known
+            # frequency, as a feed the caller left out does, for when a rule waits for it again; unless
+            # the tail floor keeps it, at its floor.
+            now_given = (w > 0) | ~known | (floor > 0)
             ledger.values[_FREQ, slot[now_given]] = f[now_given]
             ledger.values[_SEEN, slot[~known]] = now
         freq, credit = ledger.values[_FREQ, slot], ledger.values[_CREDIT]
@@ -821,8 +924,9 @@ class CaptureExplore:
         _spend(credit, slot[stalest])
         # 2. exploit: the capture frequencies, strided, over the feeds not explored this chronon.
         # A feed no rule waits for now (weight 0: one only the revisit bound keeps) is left out of the
-        # stride as if absent: no probe on the frequency it had when it was waited for, its credit kept.
-        rest = np.flatnonzero(free & (w > 0))
+        # stride as if absent: no probe on the frequency it had when it was waited for, its credit kept;
+        # unless the tail floor keeps it (then at its floor).
+        rest = np.flatnonzero(free & ((w > 0) | (ledger.values[_TAIL, slot] > 0)))
         strided = rest[_stride(credit, slot[rest], res[rest], freq[rest], budget - k)]
         free[strided] = False
         picked = [stalest, strided]
@@ -842,9 +946,13 @@ class CaptureExplore:
     def _frequencies(
         self, budget: int, now: int, res: _Ints, lam: _Floats, weight: _Floats, window: int,
         shape: Sequence[CycleShape | None] | None, shaped: Sequence[int],
-        groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None,
+        groups: Callable[[], Iterable[tuple[Sequence[int], float]]] | None, floor: _Floats | None = None,
     ) -> _Floats:
-        """The capture frequencies of ``res`` for the chronons until the next recomputation."""
+        """The capture frequencies of ``res`` for the chronons until the next recomputation, at least ``floor``.
+
+        The capture frequencies get the budget the tail floor leaves: its cost is what the floor adds
+        over them, found in two passes (a floored feed the capture funds anyway costs nothing).
+        """
         e = self._level_exponent
         if e == 1.0:
             ahead = lam.copy()
@@ -862,7 +970,12 @@ class CaptureExplore:
         if groups is not None and self._rounds > 0:
             fund = _coordinated(groups(), res, ahead, weight, spend, window, self._rounds, self._unfunded,
                                 COORDINATION_DAMPING)
-        return _capture(ahead, fund, spend, window)
+        if floor is None or not floor.any():
+            return _capture(ahead, fund, spend, window)
+        f = _capture(ahead, fund, max(spend - float(floor.sum()), 0.0), window)
+        for _ in range(2):
+            f = _capture(ahead, fund, max(spend - float(np.maximum(floor - f, 0.0).sum()), 0.0), window)
+        return np.maximum(f, floor)
 
     @staticmethod
     def _fill_shaped(

@@ -307,6 +307,7 @@ class Lifecycle:
             guard=leader.holds if leader is not None else None,
             predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
             revisit_factor=s.discovery_revisit_factor,
+            tail_budget=s.discovery_tail_budget,
             # 0 stays off; any other interval is at least a chronon.
             unwatched_every=(max(1, clock.chronons_for(s.unwatched_probe_interval_seconds))
                              if s.unwatched_probe_interval_seconds > 0 else 0),

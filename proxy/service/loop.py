@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from proxy.core.discovery import CaptureExplore, revisit_bound
+from proxy.core.discovery import CaptureExplore, TailFloor, revisit_bound, tail_period
 from proxy.core.policies import Policy
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.errors import FeedNotFoundError, StorageError
@@ -136,6 +136,12 @@ on the 60-feed traces and 0.12 on the larger ones, 0.2 (the previous share) 0.13
 Feeds never probed still come first in the work-conserving fill, and the optimism brings
 back a feed seen little."""
 
+TAIL_POOL_STRENGTH = 1.0
+"""Pseudo-updates of the pool's rate behind the tail floor's ranking of the feeds (``TailFloor``):
+one, so a feed whose first document dates a burst of entries ranks as fast at once. In the replica
+the allocation's own eight left the rates too flat to tell the fast feeds (docs/discovery.md,
+"The tail where the updates are")."""
+
 
 def background_allocator() -> CaptureExplore:
     """A fresh allocator of the spare budget as the loop runs it (the loop's and ``proxy plan``'s)."""
@@ -195,6 +201,9 @@ class ChrononLoop:
     revisit_factor: float = 0.0
     #: Feed -> the last chronon a rule waited for it: the watched feeds the revisit bound keeps in turn.
     _waited: dict[int, int] = field(default_factory=dict)
+    #: The tail floor's share of the budget (``proxy.core.discovery.TailFloor``; 0: off, issue 45):
+    #: the watched feeds holding most updates probed in turn, for the detection delay's p90.
+    tail_budget: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
@@ -404,8 +413,16 @@ class ChrononLoop:
         unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last[:m]]
         rate = pooled_rates(updates[:m], exposure[:m], POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE)
         rate += [0.0] * (len(resources) - m)
+        tail, tail_rate = None, None
+        if self.tail_budget > 0 and resources:
+            # Every watched feed's own pace, barely pooled (TAIL_POOL_STRENGTH) and not optimistic: the
+            # floor ranks feeds by how many updates they hold, and a fast feed must stand out soon.
+            tail = TailFloor(tail_period(self.budget, len(resources), window), self.tail_budget)
+            tail_rate = pooled_rates(updates, exposure, TAIL_POOL_STRENGTH, 0.0,
+                                     unseen=[0.0 if at is None else float(max(t - at, 0)) for at in last],
+                                     fade=EVIDENCE_FADE)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape,
-                                    groups=evaluator.update_groups, revisit=bound)
+                                    groups=evaluator.update_groups, revisit=bound, tail=tail, tail_rate=tail_rate)
 
     def _revisit(self, t: int, waiting: list[int], window: int) -> tuple[int | None, list[int]]:
         """The revisit bound at ``t`` (``None``: off) and the feeds it covers, the waited-for ones first.
