@@ -73,7 +73,13 @@ from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes
 from proxy.bench.live import BenchWorkload, reader_view, trace_workload
 from proxy.bench.metrics import ProbeRec, Pub, cei_outcome, entry_outcome, quantiles
 from proxy.core.coupdate import CoUpdates
-from proxy.core.discovery import CaptureExplore, revisit_bound, waiting_share
+from proxy.core.discovery import (
+    CaptureExplore,
+    TailFloor,
+    revisit_bound,
+    tail_period,
+    waiting_share,
+)
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
 from proxy.service._feeds import update_model_settings
@@ -84,6 +90,7 @@ from proxy.service.loop import (
     LEVEL_EXPONENT,
     OPTIMISM_Z,
     POOL_STRENGTH,
+    TAIL_POOL_STRENGTH,
     UNFUNDED_CATCH,
 )
 from proxy.service.predicted import Predicted, PredictedProbes
@@ -96,6 +103,7 @@ LEAD = 10  # the live bench's lead: its rules exist this many chronons before th
 RATES = ("learnt", "run", "past")  # replay's rates: the service's, or an oracle's
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/discovery.md's commands
+TAIL_BUDGET = 0.3  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
 FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
 
 
@@ -122,7 +130,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
            days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-           orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0) -> tuple[float, float, float, int]:
+           orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0,
+           tail_budget: float = TAIL_BUDGET) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     :func:`replay_run`'s first four figures (its arguments).
@@ -130,7 +139,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     return replay_run(path, profiles, budget, z, level_exponent, predicted, share, length, kinds, pool=pool,
                       explore=explore, seed=seed, fade=fade, rounds=rounds, rates=rates, rank=rank,
                       window=window, chronons=chronons, days=days, whole_windows=whole_windows, lead=lead,
-                      orders=orders, revisit=revisit, co_update=co_update)[:4]
+                      orders=orders, revisit=revisit, co_update=co_update, tail_budget=tail_budget)[:4]
 
 
 def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
@@ -139,7 +148,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
                explore: float = EXPLORE_SHARE, seed: int = 1, fade: float = EVIDENCE_FADE,
                rounds: int = COORDINATION_ROUNDS, rates: str = "learnt", rank: int = RANK, window: int = WINDOW,
                chronons: int = CHRONONS, days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-               orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0) -> Replay:
+               orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0,
+               tail_budget: float = TAIL_BUDGET) -> Replay:
     """One replay: live-equivalent completeness, the readers' at equal probes, the probes, the delays.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -167,6 +177,9 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     ``revisit``: the loop's revisit factor (``proxy.core.discovery.revisit_bound``; ``None`` or 0:
     no bound), as ``PROXY_DISCOVERY_REVISIT_FACTOR``: every watched feed is then shown to the
     allocator, those no rule waits for now at weight 0, so the bound covers them too.
+    ``tail_budget``: the tail floor's share of the budget (``PROXY_DISCOVERY_TAIL_BUDGET``,
+    ``proxy.core.discovery.TailFloor``), with a revisit bound only (as the loop: the feeds no rule
+    waits for are shown only then); 0: off.
     ``co_update``: the co-update hints' react threshold (``CaptureExplore``'s ``react``,
     ``proxy.core.coupdate.CoUpdates``; 0: no hints).
     """
@@ -224,17 +237,23 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
                                 unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
         bound = None
+        tail, tail_rate = None, None
         shown = [shapes[r] for r in feeds]
         if revisit:  # ChrononLoop._background: every watched feed, those no rule waits for at weight 0,
             # rate 0 and no cycle, so that only the bound probes them
             extra = [r for r in watched if r not in waits and r not in first]
             feeds, rate, shown = feeds + extra, list(rate) + [0.0] * len(extra), shown + [None] * len(extra)
             bound = revisit_bound(budget, len(feeds), window, revisit)
+            if tail_budget > 0:  # ChrononLoop._background: every shown feed's own pace, barely pooled
+                tail = TailFloor(tail_period(budget, len(feeds), window), tail_budget)
+                tail_rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds],
+                                         TAIL_POOL_STRENGTH, 0.0, fade=fade,
+                                         unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds])
         lasts = [last[r] for r in feeds]
         hint = None if co is None else co.hints(t, window, feeds, lasts, rate)
         picked = first + allocator.pick(budget - len(first), t, feeds, lasts, rate,
                                         [waits.get(r, 0.0) for r in feeds], window, shape=shown,
-                                        groups=lambda g=groups: g, revisit=bound, hint=hint)
+                                        groups=lambda g=groups: g, revisit=bound, tail=tail, tail_rate=tail_rate, hint=hint)
         for r in picked:
             if t >= 0:  # the lead's probes are not the run's
                 probes.append(ProbeRec(r, t, float(t), True))
@@ -349,6 +368,9 @@ def main() -> None:
     parser.add_argument("--reader-orders", type=int, default=READER_ORDERS,
                         help=f"feed orders the readers' figures are the mean over (default {READER_ORDERS}, the "
                              "live bench's; 1: the feeds' own order alone)")
+    parser.add_argument("--tail-budget", type=float, default=TAIL_BUDGET,
+                        help=f"the tail floor's share of the budget, in every column, with --revisit only "
+                             f"(PROXY_DISCOVERY_TAIL_BUDGET; default {TAIL_BUDGET:g}, the service's; 0: off)")
     parser.add_argument("--co-update", type=float, default=0.0,
                         help="react threshold of the co-update hints, in every column (proxy.core.coupdate; "
                              "0: no hints, the default)")
@@ -382,7 +404,7 @@ def main() -> None:
                              seed=int(seed[0]) if seed else 1, fade=args.fade,
                              rounds=args.rounds, rank=args.rank, window=args.window,
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
-                             co_update=args.co_update,
+                             co_update=args.co_update, tail_budget=args.tail_budget,
                              chronons=args.chronons, days=args.days, revisit=revisit or None)
             live, rr, ad, delays = run.live, run.rr, run.ad, run.delays
             ratios[k].append(live / max(rr, ad))
