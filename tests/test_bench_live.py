@@ -391,3 +391,25 @@ def test_a_tiny_run_with_a_push_share_counts_pushes_apart_from_probes(tmp_path: 
                      "SELECT f.url FROM probes p JOIN feeds f ON f.id = p.feed_id WHERE p.outcome = 'push'")}
     assert push["pushes"] <= rows  # rows outside the run's chronons are not counted
     assert feeds <= {str(r) for r in push["pushed_feeds"]}  # only the pushing feeds pushed
+
+
+@pytest.mark.slow
+def test_a_pull_only_run_with_co_updates_keeps_the_contract_lines(tmp_path: Path) -> None:
+    """``--co-update`` reaches the service (``PROXY_DISCOVERY_COUPDATE``, issue 45); the run's tag says so and
+    its two contract lines keep their shape."""
+    import re
+
+    res = CliRunner().invoke(app, [
+        "bench", "live", "--feeds", "8", "--profiles", "5", "--chronons", "40", "--lam", "5",
+        "--rank", "2", "--window", "5", "--budget", "1", "--chronon-seconds", "0.2", "--ping-drop-rate", "1.0",
+        "--service", "inline", "--reader-orders", "2", "--co-update", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    tag = "poisson-mrsf-p-C1-drop100-coupdate"
+    number = r"\d+\.\d%"
+    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
+                     rf"round-robin {number}  adaptive {number}$", res.output, re.M), res.output
+    two = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
+    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {two}  "
+                     rf"round-robin {two}  adaptive {two}$", res.output, re.M), res.output
+    result = json.loads((tmp_path / f"{tag}.json").read_text())
+    assert result["config"]["co_update"] is True

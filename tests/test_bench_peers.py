@@ -128,6 +128,7 @@ LIVE_ONLY = {
     "rule_kind": "one watch rule per profile: the peers' feeds are its feeds",
     "push_share": "no hub: no peer subscribes to one",
     "revisit_factor": "the proxy runs with its own settings",
+    "co_update": "the proxy runs with its own settings",
     "publisher_hints": "no real trace states its feeds' update intervals (issue 45); the peers' farm states none",
 }
 """The options of ``bench live`` that ``bench peers`` deliberately lacks, and why."""

@@ -277,3 +277,29 @@ def test_pull_replica_seeds_take_relative_traces_and_a_lead(tmp_path, monkeypatc
         assert 0.0 < float(row["after"]) < 1.0
     assert rows[0]["round_robin"] == rows[1]["round_robin"]  # the readers have no lead
     assert rows[0]["after"] != rows[1]["after"]  # the lead's probes move what the run catches
+
+
+def test_co_updates_send_a_partner_probe_right_after_an_update_found_in_the_simulator() -> None:
+    """Issue 45: three feeds always update together; once learnt, a find on one is followed by a probe of a partner."""
+    from bisect import bisect_left
+
+    k, n = 600, 10
+    together = list(range(7, k, 29))
+    ups = [together if r < 3 else list(range(3 * r, k, 61)) for r in range(n)]
+    wl = num_update_watch(ups, k, window=3, budget=1)
+
+    def partner_gaps(co_update: bool) -> list[int]:
+        """Per joint update: chronons from the first of the three feeds' probes to see it to the second's."""
+        res = simulate_pull(wl, "mrsf-p", PullOptions(background=Background.CAPTURE_EXPLORE, rates=Rates.ONLINE,
+                                                      updates=ups, explore_epsilon=0.0, co_update=co_update))
+        assert res.extra["co_update"] is co_update
+        probes = [[t for t, x in res.schedule if x == r] for r in range(3)]
+        gaps = []
+        for u in together:
+            seen = sorted(p[bisect_left(p, u)] for p in probes if bisect_left(p, u) < len(p))
+            gaps.append(seen[1] - seen[0])
+        return gaps
+
+    with_hints, without = partner_gaps(True), partner_gaps(False)
+    assert len(with_hints) == len(without) == 21
+    assert with_hints.count(1) >= without.count(1) + 5, (with_hints, without)

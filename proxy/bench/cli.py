@@ -145,6 +145,10 @@ def live(
     revisit_factor: Annotated[float | None, typer.Option(
         help="The service's PROXY_DISCOVERY_REVISIT_FACTOR: no watched feed waits longer than this many "
              "round-robin cycles (feeds / budget) for a probe; 0: no bound (default: the service's).")] = None,
+    co_update: Annotated[bool, typer.Option(
+        "--co-update", help="The service's PROXY_DISCOVERY_COUPDATE: learn which feeds update together and "
+                            "probe the likely partners of an update found (issue 45; default off, the "
+                            "service's).")] = False,
 ) -> None:
     """Run the service against the feed farm, the simulator and plain readers on one workload.
 
@@ -190,11 +194,12 @@ def live(
         kind = "" if rule_kind == "watch" else f"-{rule_kind}"  # watch runs keep their names
         bound = "" if revisit_factor is None else f"-revisit{revisit_factor:g}"
         push = f"-push{round(100 * push_share)}" if push_share else ""
+        push += "-coupdate" if co_update else ""
         tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{push}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                          service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
-                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share)
+                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share, co_update=co_update)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)

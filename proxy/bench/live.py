@@ -155,6 +155,8 @@ class LiveConfig:
     """What each profile's rule is: ``watch`` (AuctionWatch) or ``alert`` (:func:`rule_body`)."""
     revisit_factor: float | None = None
     """The service's ``discovery_revisit_factor`` (issue 45's revisit bound); ``None``: its default."""
+    co_update: bool = False
+    """The service's ``discovery_coupdate`` (issue 45's co-update hints); off: its default."""
     push_share: float = 0.0
     """Share of the feeds that push through a real WebSub hub (issue 44; :mod:`proxy.farm.hub`):
     they advertise it and publish to it ``ping_lag`` chronons after each publication, and the
@@ -600,6 +602,8 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
     }
     if cfg.revisit_factor is not None:
         values["discovery_revisit_factor"] = cfg.revisit_factor
+    if cfg.co_update:
+        values["discovery_coupdate"] = True
     if not 0.0 <= cfg.push_share <= 1.0:
         raise BenchError(f"--push-share must be in [0, 1], got {cfg.push_share}")
     hubs = contextlib.ExitStack()

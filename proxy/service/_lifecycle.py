@@ -35,6 +35,7 @@ import gc
 import structlog
 
 from proxy.aio import cancel_and_wait
+from proxy.core.coupdate import CoUpdates
 from proxy.core.policies import get_policy
 from proxy.errors import StandbyError, StorageError
 from proxy.faults import fault_hook
@@ -307,6 +308,7 @@ class Lifecycle:
             guard=leader.holds if leader is not None else None,
             predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
             revisit_factor=s.discovery_revisit_factor,
+            coupdate=CoUpdates() if s.discovery_coupdate else None,
             tail_budget=s.discovery_tail_budget,
             # 0 stays off; any other interval is at least a chronon.
             unwatched_every=(max(1, clock.chronons_for(s.unwatched_probe_interval_seconds))

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from proxy.core.coupdate import CoUpdates
 from proxy.core.discovery import CaptureExplore, TailFloor, revisit_bound, tail_period
 from proxy.core.policies import Policy
 from proxy.core.rates import CycleShape, pooled_rates
@@ -201,6 +202,9 @@ class ChrononLoop:
     revisit_factor: float = 0.0
     #: Feed -> the last chronon a rule waited for it: the watched feeds the revisit bound keeps in turn.
     _waited: dict[int, int] = field(default_factory=dict)
+    #: Which feeds update together, told every successful probe's dated new entries; its hints go to
+    #: the background allocation (``PROXY_DISCOVERY_COUPDATE``, issue 45). None: off.
+    coupdate: CoUpdates | None = None
     #: The tail floor's share of the budget (``proxy.core.discovery.TailFloor``; 0: off, issue 45):
     #: the watched feeds holding most updates probed in turn, for the detection delay's p90.
     tail_budget: float = 0.0
@@ -421,8 +425,9 @@ class ChrononLoop:
             tail_rate = pooled_rates(updates, exposure, TAIL_POOL_STRENGTH, 0.0,
                                      unseen=[0.0 if at is None else float(max(t - at, 0)) for at in last],
                                      fade=EVIDENCE_FADE)
+        hint = None if self.coupdate is None else self.coupdate.hints(t, window, resources, last, rate)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape,
-                                    groups=evaluator.update_groups, revisit=bound, tail=tail, tail_rate=tail_rate)
+                                    groups=evaluator.update_groups, revisit=bound, hint=hint, tail=tail, tail_rate=tail_rate)
 
     def _revisit(self, t: int, waiting: list[int], window: int) -> tuple[int | None, list[int]]:
         """The revisit bound at ``t`` (``None``: off) and the feeds it covers, the waited-for ones first.
@@ -560,6 +565,9 @@ class ChrononLoop:
             # A probe that started before a push settled does not move the last success back.
             slot.last_success = started if baseline else max(started, slot.last_success or started)
             self._learn(slot, document, new, started_at)
+            if self.coupdate is not None:  # the new entries' dates, in chronons (undated ones say nothing)
+                self.coupdate.observe(r, started, [min(self.clock.chronon_at(e.published), started)
+                                                   for e in new if e.published is not None])
             if self.predicted is not None:  # fbSUP: a probe that found nothing opens the next EI
                 self.predicted.on_probe(r, started, bool(new) and not baseline)
             if document is not None:

@@ -50,6 +50,15 @@ class SchedulingSettings(SettingsGroup):
             "(docs/discovery.md, \"A bound on the tail\")."
         ),
     )
+    discovery_coupdate: bool = Field(
+        default=False,
+        description=(
+            "Learn which watched feeds update together (an update a probe finds on one raises the chance "
+            "its partners changed too) and probe a partner the learnt model says likely changed, within a "
+            "tenth of the budget the capture frequencies then leave (issue 45). Off: not measured better "
+            "than that tenth left to the fill without the model (docs/discovery.md, \"Co-updates\")."
+        ),
+    )
     discovery_tail_budget: float = Field(
         default=0.3, ge=0, le=1,
         description=(

@@ -147,6 +147,7 @@ def run(
     planner: Annotated[str | None, typer.Option("--planner", help="Pull only: add SUP's or fbSUP's predicted EIs to the engine ('sup', 'fbsup').")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Pull only: seed of the sqrt background's draws.")] = 0,
     revisit_factor: Annotated[float, typer.Option("--revisit-factor", min=0.0, help="Pull only, capture-explore: no watched feed waits longer than this many round-robin cycles (feeds / budget, at least the window + 1) for a probe; 0: no bound.")] = 0.0,
+    co_update: Annotated[bool, typer.Option("--co-update", help="Pull only, capture-explore: probe the likely partners of an update a probe found, as learnt online (issue 45; PROXY_DISCOVERY_COUPDATE).")] = False,
 ) -> None:
     """Run one policy over a workload; print completeness and write the full schedule."""
     from tqdm import tqdm
@@ -194,7 +195,8 @@ def run(
         if 0 < revisit_factor < 1:
             raise _fail(f"--revisit-factor must be 0 (no bound) or at least 1, got {revisit_factor:g}")
         pull = PullOptions(background=chosen_bg, rates=rate_kind, planner=planner, seed=seed,
-                           updates=updates_from_meta(workload), revisit_factor=revisit_factor)
+                           updates=updates_from_meta(workload), revisit_factor=revisit_factor,
+                           co_update=co_update)
     from proxy.core.optimum import OptimumTooLargeError
 
     if policy in OFFLINE:

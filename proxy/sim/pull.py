@@ -46,6 +46,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from proxy.core.coupdate import CoUpdates
 from proxy.core.discovery import (
     CaptureExplore,
     FrequencyStride,
@@ -109,6 +110,9 @@ class PullOptions:
     ``revisit_factor``: ``capture-explore``'s revisit bound
     (:func:`proxy.core.discovery.revisit_bound` over the watched feeds and the
     chronon's budget; 0: none), as the service's ``PROXY_DISCOVERY_REVISIT_FACTOR``.
+    ``co_update``: ``capture-explore`` gets the hints of a co-update model told every
+    probe's finds (:class:`proxy.core.coupdate.CoUpdates`), as the service's
+    ``PROXY_DISCOVERY_COUPDATE``.
     """
 
     background: Background = Background.GREEDY
@@ -127,6 +131,7 @@ class PullOptions:
     explore_z: float = 1.0
     explore_epsilon: float = 0.2
     revisit_factor: float = 0.0
+    co_update: bool = False
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -291,6 +296,7 @@ def simulate_pull(
     sqrt = MemorylessSqrt(np.random.default_rng(opts.seed))
     stride = FrequencyStride()
     explore = CaptureExplore(z=opts.explore_z, epsilon=opts.explore_epsilon, refresh=opts.refresh)
+    co = CoUpdates() if opts.co_update and opts.background is Background.CAPTURE_EXPLORE else None
     freq: list[float] = []
     freq_at = -opts.refresh
     last_success: dict[int, int] = {}
@@ -332,8 +338,10 @@ def simulate_pull(
                 post = [online.posterior(r) for r in cand] if online is not None and opts.rate_model is None else None
                 bound = (revisit_bound(cap, len(watched), specs_window or 0, opts.revisit_factor)
                          if opts.revisit_factor else None)
+                hint = (None if co is None
+                        else co.hints(t, specs_window or 0, cand, [last_success.get(r) for r in cand], lam))
                 bg = explore.pick(spare, t, cand, [last_success.get(r, -1) for r in cand], lam, w,
-                                  specs_window or 0, post, revisit=bound)
+                                  specs_window or 0, post, revisit=bound, hint=hint)
             background_count += len(bg)
             chosen = [*chosen, *bg]
         engine.probe(chosen)
@@ -341,6 +349,8 @@ def simulate_pull(
             prev = last_success.get(r, -1)
             ups = updates[r]
             found = bisect_right(ups, t) - bisect_right(ups, prev)
+            if co is not None:
+                co.observe(r, t, ups[bisect_right(ups, prev):bisect_right(ups, t)])
             last_success[r] = t
             waiting = hidden.get(r)
             if waiting is not None:
@@ -370,6 +380,7 @@ def simulate_pull(
         "rates": "custom" if opts.rate_model is not None else opts.rates.value,
         "background_probes": background_count,
         "revisit_factor": opts.revisit_factor,
+        "co_update": opts.co_update,
         "engine_captured": engine_captured,
         **opts.extra,
     }
