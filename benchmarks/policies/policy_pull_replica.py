@@ -69,9 +69,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from proxy.bench.baselines import READER_ORDERS, AdaptiveParams, match_probes
 from proxy.bench.live import BenchWorkload, reader_view, trace_workload
 from proxy.bench.metrics import ProbeRec, Pub, cei_outcome, entry_outcome, quantiles
+from proxy.core.changepoint import ShiftDetector
 from proxy.core.coupdate import CoUpdates
 from proxy.core.discovery import (
     CaptureExplore,
@@ -130,7 +133,9 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            rounds: int = COORDINATION_ROUNDS, rates: str = "learnt",
            rank: int = RANK, window: int = WINDOW, chronons: int = CHRONONS,
            days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-           orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0,
+           orders: int = READER_ORDERS, revisit: float | None = None, hints: float | None = None,
+           hint_strength: float | None = None,
+           changepoint: tuple[float, float] | None = None, co_update: float = 0.0,
            tail_budget: float = TAIL_BUDGET) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
@@ -139,7 +144,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
     return replay_run(path, profiles, budget, z, level_exponent, predicted, share, length, kinds, pool=pool,
                       explore=explore, seed=seed, fade=fade, rounds=rounds, rates=rates, rank=rank,
                       window=window, chronons=chronons, days=days, whole_windows=whole_windows, lead=lead,
-                      orders=orders, revisit=revisit, co_update=co_update, tail_budget=tail_budget)[:4]
+                      orders=orders, revisit=revisit, hints=hints, hint_strength=hint_strength,
+                      changepoint=changepoint, co_update=co_update, tail_budget=tail_budget)[:4]
 
 
 def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
@@ -148,7 +154,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
                explore: float = EXPLORE_SHARE, seed: int = 1, fade: float = EVIDENCE_FADE,
                rounds: int = COORDINATION_ROUNDS, rates: str = "learnt", rank: int = RANK, window: int = WINDOW,
                chronons: int = CHRONONS, days: float = DAYS, whole_windows: bool = False, lead: int = 0,
-               orders: int = READER_ORDERS, revisit: float | None = None, co_update: float = 0.0,
+               orders: int = READER_ORDERS, revisit: float | None = None, hints: float | None = None,
+               hint_strength: float | None = None, changepoint: tuple[float, float] | None = None, co_update: float = 0.0,
                tail_budget: float = TAIL_BUDGET) -> Replay:
     """One replay: live-equivalent completeness, the readers' at equal probes, the probes, the delays.
 
@@ -177,6 +184,13 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     ``revisit``: the loop's revisit factor (``proxy.core.discovery.revisit_bound``; ``None`` or 0:
     no bound), as ``PROXY_DISCOVERY_REVISIT_FACTOR``: every watched feed is then shown to the
     allocator, those no rule waits for now at weight 0, so the bound covers them too.
+    ``hints``: publisher hints as priors (``PROXY_DISCOVERY_PUBLISHER_HINTS``), each feed's stated
+    rate its true mean rate over the trace's replayed chronons times ``exp(hints · N(0, 1))`` (drawn
+    per feed, seeded by the workload's seed: the error of a publisher's round "hourly" or "daily"),
+    worth ``hint_strength`` pseudo-updates (default the pool's); ``None``: none, as the real trace
+    carries none.
+    ``changepoint``: ``(ratio, threshold)`` of a ``ShiftDetector`` whose record replaces a feed's
+    once it detects a regime shift (``PROXY_DISCOVERY_CHANGEPOINT``); ``None``: off.
     ``tail_budget``: the tail floor's share of the budget (``PROXY_DISCOVERY_TAIL_BUDGET``,
     ``proxy.core.discovery.TailFloor``), with a revisit bound only (as the loop: the feeds no rule
     waits for are shown only then); 0: off.
@@ -198,6 +212,12 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
         for r in w:
             rules_of[r].append(i)
     models = FeedUpdateModels(update_model_settings(length))
+    said: dict[int, float] = {}  # the publishers' stated rates, per chronon
+    if hints is not None:
+        noise = np.random.default_rng(seed)
+        said = {r: max(len(ups[r]), 0.5) / chronons * math.exp(hints * noise.standard_normal()) for r in watched}
+    detector = None if changepoint is None else ShiftDetector(*changepoint)
+    believed: dict[int, float] = {}  # each feed's last rate given to the allocator (the detector's prior)
     last: dict[int, int | None] = dict.fromkeys(watched)
     last_at: dict[int, float] = {}
     evidence = dict.fromkeys(watched, (0.0, 0.0))  # FeedSlot.evidence
@@ -234,8 +254,13 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
         elif rates == "run":
             rate = [max(len(ups[r]) / chronons, 1e-9) for r in feeds]
         else:
-            rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds], pool, z,
-                                unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade)
+            records = [evidence[r] if detector is None or (cp := detector.record(r)) is None
+                       else (cp[0], cp[1] * length) for r in feeds]
+            rate = pooled_rates([n for n, _ in records], [e / length for _, e in records], pool, z,
+                                unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds], fade=fade,
+                                prior=[said.get(r, math.nan) for r in feeds] if said else None,
+                                prior_strength=hint_strength)
+            believed.update(zip(feeds, rate, strict=True))
         bound = None
         tail, tail_rate = None, None
         shown = [shapes[r] for r in feeds]
@@ -266,6 +291,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
                 co.observe(r, t, found)
             if before is not None:
                 models.observe_probe(r, last_at[r], at, len(found), [dated(u) for u in found])
+                if detector is not None and t >= 0:
+                    detector.observe(r, t - before, len(found), max(believed.get(r, 1.0 / chronons), 1e-9))
             for i in rules_of[r] if found else ():
                 for u in found:  # each change in turn, as TriggerEvaluator.on_probe (update_chronons)
                     if u <= prev[i] or r in covered[i]:
@@ -368,6 +395,13 @@ def main() -> None:
     parser.add_argument("--reader-orders", type=int, default=READER_ORDERS,
                         help=f"feed orders the readers' figures are the mean over (default {READER_ORDERS}, the "
                              "live bench's; 1: the feeds' own order alone)")
+    parser.add_argument("--hints", type=float, action="append",
+                        help="publisher hints to compare: the noise (log-normal sigma) of each feed's stated rate "
+                             "around its true one; -1: none (the default)")
+    parser.add_argument("--hint-strength", type=float, default=None,
+                        help="pseudo-updates a stated rate is worth (default the pool strength)")
+    parser.add_argument("--changepoint", action="append",
+                        help="regime-shift detectors to compare: RATIO:THRESHOLD, or off (the default)")
     parser.add_argument("--tail-budget", type=float, default=TAIL_BUDGET,
                         help=f"the tail floor's share of the budget, in every column, with --revisit only "
                              f"(PROXY_DISCOVERY_TAIL_BUDGET; default {TAIL_BUDGET:g}, the service's; 0: off)")
@@ -379,14 +413,18 @@ def main() -> None:
                              "default)")
     args = parser.parse_args()
     modes = [_mode(m) for m in args.predicted or ["off"]]
-    columns = [(z, e, pool, explore, revisit, *m) for z in (args.z or [OPTIMISM_Z])
+    columns = [(z, e, pool, explore, revisit, hint, cp, *m) for z in (args.z or [OPTIMISM_Z])
                for e in (args.level_exponent or [LEVEL_EXPONENT])
                for pool in (args.pool_strength or [POOL_STRENGTH])
                for explore in (args.explore or [EXPLORE_SHARE]) for revisit in (args.revisit or [0.0])
+               for hint in (args.hints or [-1.0]) for cp in (args.changepoint or ["off"])
                for m in modes]
     heads = [f"z = {z:g}, e = {e:g}, pool {pool:g}, explore {explore:g}"
              + ("" if args.revisit is None else f", revisit {revisit:g}")
-             + ("" if args.predicted is None else f", {text}") for z, e, pool, explore, revisit, text, *_ in columns]
+             + ("" if args.hints is None else (", no hints" if hint < 0 else f", hints σ {hint:g}"))
+             + ("" if args.changepoint is None else f", change points {cp}")
+             + ("" if args.predicted is None else f", {text}")
+             for z, e, pool, explore, revisit, hint, cp, text, *_ in columns]
     # Each cell: completeness (ratio to the better reader) · detection delay p50/p90/p99 in chronons.
     print("| trace | profiles | budget | round-robin | adaptive | clairvoyant | " + " | ".join(heads) + " |")
     print("|---|---:|---:|---:|---:|---:|" + "---:|" * len(columns))
@@ -398,14 +436,16 @@ def main() -> None:
         cells = []
         rr = ad = math.nan
         delays: dict[str, dict[str, float]] = {}
-        for k, (z, e, pool, explore, revisit, _, mode, share, kinds) in enumerate(columns):
+        for k, (z, e, pool, explore, revisit, hint, cp, _, mode, share, kinds) in enumerate(columns):
             run = replay_run(Path(name), int(profiles), int(budget), z, e, mode, share,
                              args.chronon_seconds, kinds, pool=pool, explore=explore,
                              seed=int(seed[0]) if seed else 1, fade=args.fade,
                              rounds=args.rounds, rank=args.rank, window=args.window,
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
                              co_update=args.co_update, tail_budget=args.tail_budget,
-                             chronons=args.chronons, days=args.days, revisit=revisit or None)
+                             chronons=args.chronons, days=args.days, revisit=revisit or None,
+                             hints=None if hint < 0 else hint, hint_strength=args.hint_strength,
+                             changepoint=None if cp == "off" else _ratio_threshold(cp))
             live, rr, ad, delays = run.live, run.rr, run.ad, run.delays
             ratios[k].append(live / max(rr, ad))
             tails[k].append(delays["proxy"]["p90"] / delays["round-robin"]["p90"])
@@ -422,6 +462,12 @@ def main() -> None:
           + " | ".join(f"{statistics.median(t):.2f}, {max(t):.2f}; {n} of {len(t)}" for t, n in zip(tails, level,
                                                                                                 strict=True))
           + " |")
+
+
+def _ratio_threshold(text: str) -> tuple[float, float]:
+    """``4:5`` -> (4.0, 5.0): a ShiftDetector's ratio and threshold."""
+    ratio, _, threshold = text.partition(":")
+    return float(ratio), float(threshold or 5.0)
 
 
 def _q(d: dict[str, float]) -> str:

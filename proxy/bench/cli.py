@@ -149,6 +149,11 @@ def live(
         "--co-update", help="The service's PROXY_DISCOVERY_COUPDATE: learn which feeds update together and "
                             "probe the likely partners of an update found (issue 45; default off, the "
                             "service's).")] = False,
+    publisher_hints: Annotated[float | None, typer.Option(
+        help="Issue 45: each RSS feed states its true mean update interval over the run, times "
+             "exp(SIGMA * N(0,1)), in the syndication module (sy:updatePeriod/sy:updateFrequency), and the "
+             "service takes it as a prior (PROXY_DISCOVERY_PUBLISHER_HINTS). Default: no hints, as real "
+             "traces have none.")] = None,
 ) -> None:
     """Run the service against the feed farm, the simulator and plain readers on one workload.
 
@@ -195,11 +200,13 @@ def live(
         bound = "" if revisit_factor is None else f"-revisit{revisit_factor:g}"
         push = f"-push{round(100 * push_share)}" if push_share else ""
         push += "-coupdate" if co_update else ""
+        push += "" if publisher_hints is None else f"-hints{publisher_hints:g}"
         tag = f"{bw.name}-{p}-C{c}{kind}{bound}{drop}{delay}{push}{past}"
         cfg = LiveConfig(policy=p, budget=c, chronon_seconds=chronon_seconds, database_url=database_url,
                          ping_drop_rate=ping_drop_rate, ping_delay=ping_delay, seed=seed,
                          service=service, phase=phase, ping_lag=ping_lag, reader_orders=reader_orders,
-                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share, co_update=co_update)
+                         rule_kind=rule_kind, revisit_factor=revisit_factor, push_share=push_share, co_update=co_update,
+                         publisher_hints=publisher_hints)
         if lines:
             print(f"bench live: run {i}/{len(runs)}: {tag}: starting the service and the farm",
                   file=sys.stderr, flush=True)

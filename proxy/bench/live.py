@@ -157,6 +157,11 @@ class LiveConfig:
     """The service's ``discovery_revisit_factor`` (issue 45's revisit bound); ``None``: its default."""
     co_update: bool = False
     """The service's ``discovery_coupdate`` (issue 45's co-update hints); off: its default."""
+    publisher_hints: float | None = None
+    """Issue 45's publisher hints: each RSS feed states one update per its true mean interval over the
+    run times ``exp(σ · N(0, 1))`` (σ this, drawn per feed from ``seed``) in the syndication module,
+    and the service takes them as priors (``discovery_publisher_hints``). ``None``: no hints, as in
+    every real trace we have."""
     push_share: float = 0.0
     """Share of the feeds that push through a real WebSub hub (issue 44; :mod:`proxy.farm.hub`):
     they advertise it and publish to it ``ping_lag`` chronons after each publication, and the
@@ -184,6 +189,22 @@ def poisson_workload(
     desc = (f"Poisson: {resources} feeds, lambda={lam:g} updates per feed per {chronons} chronons, "
             f"{profiles} AuctionWatch profiles of rank <= {rank}, window W={window}, seed {seed}")
     return _bench_workload("poisson", wl, updates, window, desc)
+
+
+def stated_intervals(bw: BenchWorkload, length: float, sigma: float, seed: int) -> dict[str, float]:
+    """Seconds between updates each feed states (``LiveConfig.publisher_hints``): its true mean over the run, noisy.
+
+    A feed with no update in the run states half an update per run. Honest about the trace (its own
+    rate, not its times) and no more: a real publisher's "hourly" is a round figure, hence ``sigma``.
+    """
+    import numpy as np
+
+    if not (sigma >= 0 and math.isfinite(sigma)):
+        raise BenchError(f"--publisher-hints must be a finite sigma >= 0, got {sigma}")
+    k = bw.workload.chronons
+    noise = np.random.default_rng(seed).standard_normal(len(bw.updates)).tolist()
+    return {str(r): k * length / max(len(ups), 0.5) * math.exp(sigma * z)
+            for r, (ups, z) in enumerate(zip(bw.updates, noise, strict=True))}
 
 
 def busiest_window(path: Path, days: float) -> tuple[dt.datetime, dt.datetime, int]:
@@ -604,6 +625,9 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
         values["discovery_revisit_factor"] = cfg.revisit_factor
     if cfg.co_update:
         values["discovery_coupdate"] = True
+    hints = None if cfg.publisher_hints is None else stated_intervals(bw, length, cfg.publisher_hints, cfg.seed)
+    if hints is not None:
+        values["discovery_publisher_hints"] = True
     if not 0.0 <= cfg.push_share <= 1.0:
         raise BenchError(f"--push-share must be in [0, 1], got {cfg.push_share}")
     hubs = contextlib.ExitStack()
@@ -645,7 +669,7 @@ async def run_live(bw: BenchWorkload, cfg: LiveConfig, out: Path, tag: str,
                             ping_drop_rate=cfg.ping_drop_rate,
                             ping_delay=cfg.ping_delay + cfg.ping_lag * length,
                             ping_seed=cfg.seed, hub=hub_url, push_share=cfg.push_share or 1.0,
-                            push_seed=cfg.seed, hub_delay=cfg.ping_lag * length,
+                            push_seed=cfg.seed, hub_delay=cfg.ping_lag * length, hints=hints,
                             entry_text=bw.rules.entry_text(bw) if bw.rules is not None else None) as farm:
             try:
                 key = await runner.start()

@@ -265,7 +265,8 @@ def _pool_rate(n: np.ndarray, t: np.ndarray) -> float:
 
 def pooled_rates(updates: Sequence[float] | npt.NDArray[np.float64], exposure: Sequence[float] | npt.NDArray[np.float64],
                  strength: float, z: float = 0.0, unseen: Sequence[float] | npt.NDArray[np.float64] | None = None,
-                 fade: float = math.inf) -> list[float]:
+                 fade: float = math.inf, prior: Sequence[float] | npt.NDArray[np.float64] | None = None,
+                 prior_strength: float | None = None) -> list[float]:
     """Each feed's rate per chronon from its evidence, shrunk toward the pool's (empirical Bayes).
 
     Feed ``i`` saw ``updates[i]`` updates (a censored interval counts as one)
@@ -297,6 +298,12 @@ def pooled_rates(updates: Sequence[float] | npt.NDArray[np.float64], exposure: S
     chronon's length), and a feed whose rhythm changed is found out. ``m`` is
     the pool's rate over the unfaded records.
 
+    ``prior[i]`` (a rate per chronon; NaN or 0: none) replaces the pool's rate
+    as feed ``i``'s prior mean, worth ``prior_strength`` pseudo-updates
+    (default ``strength``): what the feed's publisher says of its pace
+    (``proxy.feeds.hints``), before its own record outweighs it. The pool is
+    still the records'.
+
     Why the pool rather than a fixed prior: the prior must be on the scale of
     the feeds compared, whatever the chronon's length (the update models'
     default prior, one update per 6 h, is 36,000 chronons of the bench's 0.3 s:
@@ -326,6 +333,17 @@ def pooled_rates(updates: Sequence[float] | npt.NDArray[np.float64], exposure: S
         t = t * weight
     shape = strength + n
     rate = strength / pool + t
+    if prior is not None:
+        said = np.asarray(prior, dtype=np.float64)
+        if said.shape != n.shape:
+            raise ValueError("prior must have one value per feed")
+        hs = strength if prior_strength is None else prior_strength
+        if not (hs > 0 and math.isfinite(hs)):
+            raise ValueError(f"prior_strength must be finite and > 0, got {hs}")
+        has = np.isfinite(said) & (said > 0)
+        if has.any():
+            shape = np.where(has, hs + n, shape)
+            rate = np.where(has, hs / np.where(has, said, 1.0) + t, rate)
     # gamma_upper, vectorised (Wilson–Hilferty).
     c = np.maximum(1.0 - 1.0 / (9.0 * shape) + z / (3.0 * np.sqrt(shape)), 0.0)
     return (shape / rate * c**3).tolist()  # type: ignore[no-any-return]

@@ -85,13 +85,27 @@ def _rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def syndication_schedule(seconds: float) -> tuple[str, int]:
+    """``(updatePeriod, updateFrequency)`` of the syndication module closest to one update per ``seconds``:
+    the shortest period holding at least one update, the frequency rounded (at least 1)."""
+    for period, length in (("hourly", 3600.0), ("daily", 86_400.0), ("weekly", 604_800.0)):
+        if seconds <= length:
+            return period, max(1, round(length / seconds))
+    return "yearly", max(1, round(31_556_952.0 / seconds))
+
+
 def render_rss(
-    feed_id: str, base_url: str, entries: Iterable[Entry], updated: datetime, hub: str | None = None
+    feed_id: str, base_url: str, entries: Iterable[Entry], updated: datetime, hub: str | None = None,
+    interval: float | None = None,
 ) -> bytes:
     """An RSS 2.0 document listing ``entries`` newest first; with ``hub``, the channel
-    advertises it and its own URL as ``<atom:link rel="hub"/"self">`` (WebSub §4)."""
+    advertises it and its own URL as ``<atom:link rel="hub"/"self">`` (WebSub §4); with
+    ``interval``, the syndication module states one update per that many seconds, as
+    ``sy:updatePeriod`` and ``sy:updateFrequency`` (:func:`syndication_schedule`)."""
     home = f"{base_url}/feeds/{feed_id}"
     ns = ' xmlns:atom="http://www.w3.org/2005/Atom"' if hub else ""
+    if interval is not None:
+        ns += ' xmlns:sy="http://purl.org/rss/1.0/modules/syndication/"'
     parts = [
         f'<?xml version="1.0" encoding="utf-8"?>\n<rss version="2.0"{ns}><channel>',
         f"<title>Farm feed {escape(feed_id)}</title><link>{escape(home)}</link>",
@@ -101,6 +115,9 @@ def render_rss(
     if hub:
         parts.append(f'<atom:link rel="hub" href={quoteattr(hub)}/>'
                      f'<atom:link rel="self" href={quoteattr(home + ".xml")}/>')
+    if interval is not None:
+        period, times = syndication_schedule(interval)
+        parts.append(f"<sy:updatePeriod>{period}</sy:updatePeriod><sy:updateFrequency>{times}</sy:updateFrequency>")
     parts.extend(
         f"<item><title>{escape(e.title)}</title>"
         f"<link>{escape(base_url + e.link_path)}</link>"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 import time
 from collections import Counter, deque
@@ -125,7 +126,10 @@ class FeedFarm:
     mapping from feed id to format.  ``prefill`` entries per feed exist before
     the run (dated before ``epoch``) and are not publications.  ``also_hosts``
     are more addresses served on the same port (e.g. ``127.0.0.2``): every
-    feed is reachable under each, as under several host names.
+    feed is reachable under each, as under several host names. ``hints``: seconds
+    between updates an RSS feed states in the syndication module (issue 45's
+    publisher hints; a benchmark derives them from the trace it plays, and no real
+    trace has them), by feed id; the others state none.
     """
 
     def __init__(
@@ -153,6 +157,7 @@ class FeedFarm:
         push_share: float = 1.0,
         push_seed: int | None = None,
         hub_delay: float = 0.0,
+        hints: Mapping[str, float] | None = None,
         host: str = "127.0.0.1",
         also_hosts: Sequence[str] = (),
         port: int = 0,
@@ -209,6 +214,10 @@ class FeedFarm:
         if not 0.0 <= push_share <= 1.0:
             raise ValueError(f"push_share must be in [0, 1], got {push_share}")
         self.hub = hub
+        # Issue 45: seconds between updates each RSS feed states (the syndication module); none by default.
+        self._hints = dict(hints or {})
+        if any(not (s > 0 and math.isfinite(s)) for s in self._hints.values()):
+            raise ValueError("hints must be finite numbers of seconds > 0")
         # A seeded draw, in feed order: the same seed and share push the same feeds.
         draw = random.Random(push_seed)
         self._push_feeds = frozenset(
@@ -606,9 +615,12 @@ class FeedFarm:
     def _rendered(self, feed: _Feed, fmt: FeedFormat) -> Rendered:
         cached = feed.cache.get(fmt)
         if cached is None:
-            render = render_rss if fmt is FeedFormat.RSS else render_atom
             hub = self.hub if feed.feed_id in self._push_feeds else None
-            body = render(feed.feed_id, self.base_url, feed.entries, feed.last_modified, hub)
+            if fmt is FeedFormat.RSS:
+                body = render_rss(feed.feed_id, self.base_url, feed.entries, feed.last_modified, hub,
+                                  self._hints.get(feed.feed_id))
+            else:
+                body = render_atom(feed.feed_id, self.base_url, feed.entries, feed.last_modified, hub)
             cached = feed.cache[fmt] = Rendered.build(body, feed.last_modified, fmt)
         return cached
 

@@ -674,6 +674,7 @@ class Fetcher:
             final_url=final_url,
             hub=push.hub if push else None,
             self_url=push.self_url if push else None,
+            update_every=parsed.hints.interval() if parsed.hints is not None else None,
         )
 
     def _cache_hint(

@@ -26,6 +26,7 @@ a file object, never a string or bytes it might take for a URL or file name.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import io
 import re
 import time
@@ -35,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urljoin
 
+from proxy.feeds.hints import PublisherHints, publisher_hints
 from proxy.feeds.identity import entry_identity
 from proxy.feeds.results import Entry
 
@@ -84,6 +86,8 @@ class ParsedFeed:
     ttl_minutes: int | None
     parser: str
     warning: str | None = None
+    hints: PublisherHints | None = None
+    """``<ttl>`` and the syndication module's schedule (:mod:`proxy.feeds.hints`), whichever parser ran."""
 
 
 def _prolog_end(body: bytes) -> int:
@@ -499,8 +503,8 @@ def parse_document(
     if _is_json_feed(body):
         return parse_json_feed(body, url=url)
     precheck(body)
-    if fast and fast_path_eligible(body, content_type):
-        parsed = _parse_fast(body, url=url)
-        if parsed is not None:
-            return parsed
-    return parse_with_feedparser(body, url=url, content_type=content_type)
+    parsed = _parse_fast(body, url=url) if fast and fast_path_eligible(body, content_type) else None
+    if parsed is None:
+        parsed = parse_with_feedparser(body, url=url, content_type=content_type)
+    hints = publisher_hints(body)
+    return parsed if hints is None else dataclasses.replace(parsed, hints=hints)

@@ -173,6 +173,9 @@ class Ok(_Result):
     """The WebSub hub the feed advertises (header or document; :mod:`proxy.feeds.websub`)."""
     self_url: str | None = None
     """The topic URL (``rel="self"``) the feed advertises, when it names a hub."""
+    update_every: float | None = None
+    """Seconds between updates the document states (``PublisherHints.interval``: the syndication
+    module's schedule, else ``<ttl>``), ``None`` when it states none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -70,6 +70,11 @@ class FeedSlot:
         elif self.shape is None or self.shape.weights is not cycle[2]:  # new only when the model's choice is
             self.shape = CycleShape((cycle[0] - clock.origin.timestamp()) / clock.length, cycle[1] / clock.length,
                                     cycle[2])
+    update_every: float | None = None
+    """Seconds between updates the feed's last parsed document stated (``Ok.update_every``:
+    ``sy:updatePeriod``/``sy:updateFrequency``, else ``<ttl>``), ``None``: none stated. In memory
+    only: a restart learns it again from the next 200 (a prior matters only until the feed's
+    record outweighs it)."""
     seen: frozenset[str] | None = None
     """Identities of the last document this process parsed (None: none yet): what is new
     when the database cannot say (it is away; docs/operations.md)."""

@@ -35,6 +35,7 @@ import gc
 import structlog
 
 from proxy.aio import cancel_and_wait
+from proxy.core.changepoint import ShiftDetector
 from proxy.core.coupdate import CoUpdates
 from proxy.core.policies import get_policy
 from proxy.errors import StandbyError, StorageError
@@ -308,6 +309,8 @@ class Lifecycle:
             guard=leader.holds if leader is not None else None,
             predicted=predicted_probes(Predicted(s.discovery_predicted), runtime.models, clock),
             revisit_factor=s.discovery_revisit_factor,
+            publisher_hints=s.discovery_publisher_hints,
+            shifts=ShiftDetector() if s.discovery_changepoint else None,
             coupdate=CoUpdates() if s.discovery_coupdate else None,
             tail_budget=s.discovery_tail_budget,
             # 0 stays off; any other interval is at least a chronon.

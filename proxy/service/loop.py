@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from proxy.core.changepoint import ShiftDetector
 from proxy.core.coupdate import CoUpdates
 from proxy.core.discovery import CaptureExplore, TailFloor, revisit_bound, tail_period
 from proxy.core.policies import Policy
@@ -202,6 +203,12 @@ class ChrononLoop:
     revisit_factor: float = 0.0
     #: Feed -> the last chronon a rule waited for it: the watched feeds the revisit bound keeps in turn.
     _waited: dict[int, int] = field(default_factory=dict)
+    #: A feed's stated update interval is the prior of its rate (``PROXY_DISCOVERY_PUBLISHER_HINTS``).
+    publisher_hints: bool = False
+    #: Regime shifts in the feeds' rates (``PROXY_DISCOVERY_CHANGEPOINT``); None: off.
+    shifts: ShiftDetector | None = None
+    #: Feed -> the rate per chronon the background allocation last gave it: the detector's prior.
+    _believed: dict[int, float] = field(default_factory=dict)
     #: Which feeds update together, told every successful probe's dated new entries; its hints go to
     #: the background allocation (``PROXY_DISCOVERY_COUPDATE``, issue 45). None: off.
     coupdate: CoUpdates | None = None
@@ -394,6 +401,7 @@ class ChrononLoop:
         last: list[int | None] = []
         updates: list[float] = []
         exposure: list[float] = []
+        said: list[float] = []  # the publishers' stated rates per chronon (NaN: none, or hints off)
         weight: list[float] = []
         shape: list[CycleShape | None] = []
         length = self.clock.length
@@ -407,6 +415,9 @@ class ChrononLoop:
             resources.append(r)
             last.append(slot.last_success)
             n, seconds = slot.evidence
+            if self.shifts is not None and (since := self.shifts.record(r)) is not None:
+                n, seconds = since[0], since[1] * length  # the record since the feed's regime shift
+            said.append(length / slot.update_every if self.publisher_hints and slot.update_every else math.nan)
             updates.append(n)
             exposure.append(seconds / length)
             weight.append(worth)
@@ -415,7 +426,10 @@ class ChrononLoop:
         # revisit bound keeps has weight 0, no frequency and no fill score, so no rate either.
         m = sum(r in weights for r in resources)
         unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last[:m]]
-        rate = pooled_rates(updates[:m], exposure[:m], POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE)
+        rate = pooled_rates(updates[:m], exposure[:m], POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE,
+                            prior=said[:m] if self.publisher_hints else None)
+        if self.shifts is not None:
+            self._believed.update(zip(resources[:m], rate, strict=True))
         rate += [0.0] * (len(resources) - m)
         tail, tail_rate = None, None
         if self.tail_budget > 0 and resources:
@@ -562,6 +576,10 @@ class ChrononLoop:
             r, started, success, new, previous_success=slot.last_success, document=document))
         if success:
             baseline = slot.last_success is None  # the first success: its entries are the backlog
+            if self.shifts is not None and not baseline and started > (slot.last_success or started):
+                believed = self._believed.get(r)
+                if believed is not None and believed > 0:  # a feed the allocation has rated
+                    self.shifts.observe(r, started - (slot.last_success or started), len(new), believed)
             # A probe that started before a push settled does not move the last success back.
             slot.last_success = started if baseline else max(started, slot.last_success or started)
             self._learn(slot, document, new, started_at)
@@ -720,6 +738,8 @@ def _update_slot(slot: FeedSlot, result: ProbeResult, *, validators: bool = True
         slot.last_modified = result.state.last_modified
     slot.consecutive_errors = result.consecutive_errors
     slot.not_before = result.not_before
+    if isinstance(result, Ok):
+        slot.update_every = result.update_every
     if isinstance(result, Gone):
         slot.disabled = True
 

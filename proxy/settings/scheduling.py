@@ -72,6 +72,26 @@ class SchedulingSettings(SettingsGroup):
             "tail where the updates are\")."
         ),
     )
+    discovery_publisher_hints: bool = Field(
+        default=False,
+        description=(
+            "Take the update interval a feed's document states (RSS 1.0 syndication module "
+            "`sy:updatePeriod`/`sy:updateFrequency`, else `<ttl>`) as the prior of its rate, in place "
+            "of the other feeds' pooled rate, until its own record outweighs it (issue 45). Off: "
+            "not measured better (docs/discovery.md, \"Publisher hints and regime shifts\"). "
+            "`Cache-Control`, `Expires` and `<ttl>` delay a feed's next probe either way "
+            "(`PROXY_RESPECT_CACHE_HINTS`)."
+        ),
+    )
+    discovery_changepoint: bool = Field(
+        default=False,
+        description=(
+            "Watch each feed's probes for a regime shift in its update rate (a two-sided Poisson "
+            "CUSUM) and, once one is found, learn its rate from the probes since the shift alone "
+            "(issue 45). Off: not measured better (docs/discovery.md, \"Publisher hints and regime "
+            "shifts\")."
+        ),
+    )
     unwatched_probe_interval_seconds: float = Field(
         default=HOUR, ge=0, le=WEEK,
         description=(

@@ -496,22 +496,31 @@ def synth_trace(
         "--react-prob", help="Chance a cluster's feed publishes at one of its events (with --clusters).")] = 0.7,
     lag: Annotated[float, typer.Option(
         "--lag", help="Longest delay in minutes from an event to a reaction (with --clusters).")] = 10.0,
+    regime_shift: Annotated[float, typer.Option(
+        "--regime-shift", help="Share of the feeds whose rate changes once, for good (0: none).")] = 0.0,
+    regime_factor: Annotated[float, typer.Option(
+        "--regime-factor", help="How much a shifted feed's rate changes: times or divided by this.")] = 4.0,
 ) -> None:
     """Write paper 002's weekly-cycle synthetic trace ("Synthetic Data 2") as a trace CSV.
 
     With ``--clusters``, clusters of feeds also publish within ``--lag`` minutes of
     their cluster's common events (co-updates, issue 45); without, the trace is the
-    same as before the option existed.
+    same as before the option existed. With ``--regime-shift``, that share of the feeds
+    change their rate once, by ``--regime-factor`` up or down (``proxy.sim.regimes``).
     """
+    from proxy.sim.regimes import shift_regimes
     from proxy.sim.synthetic import CoUpdates, weekly_trace, write_trace_csv
 
     try:
         co = CoUpdates(clusters, cluster_share, cluster_events, react_prob, lag)
         trace = weekly_trace(feeds, seed, weeks=weeks, items_per_week=items_per_week, sigma=sigma, coupdates=co)
+        trace, shifts = shift_regimes(trace, regime_shift, regime_factor, seed)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     rows = write_trace_csv(trace, out)
     extra = ""
     if trace.clusters:
         extra = f", {len(trace.clusters)} co-update clusters of {sum(map(len, trace.clusters))} feeds"
+    if shifts:
+        extra += f", {len(shifts)} feeds shifting regime"
     typer.echo(f"wrote {out}: {rows} items from {feeds} feeds over {weeks:g} weeks{extra}")
