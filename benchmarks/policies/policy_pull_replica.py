@@ -54,6 +54,10 @@ suggests must be confirmed live.
 (``proxy.core.coupdate.CoUpdates``, told every probe's finds) with ``CaptureExplore``'s
 ``react`` threshold ``R`` (0, the default: no hints), in every column.
 
+``--hints σ`` (repeatable, a column each; ``none``, ``c0.1``) gives each feed a publisher's
+stated rate as its prior, and ``--changepoint RATIO:THRESHOLD`` (repeatable) resets a feed's
+record at a detected regime shift (issue 45, section "Publisher hints and regime shifts").
+
 ``SEED`` (default 1, the live bench's) draws the workload's profiles. Each
 column is one ``(z, level_exponent, pool strength, explore share, predicted)``
 choice; the last line of the output gives, per column, the worst and the
@@ -188,7 +192,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     rate its true mean rate over the trace's replayed chronons times ``exp(hints · N(0, 1))`` (drawn
     per feed, seeded by the workload's seed: the error of a publisher's round "hourly" or "daily"),
     worth ``hint_strength`` pseudo-updates (default the pool's); ``None``: none, as the real trace
-    carries none.
+    carries none; negative: every feed states ``-hints`` updates a chronon, whatever its pace (a
+    platform's default, as WordPress's "hourly, 1" in every blog's feed).
     ``changepoint``: ``(ratio, threshold)`` of a ``ShiftDetector`` whose record replaces a feed's
     once it detects a regime shift (``PROXY_DISCOVERY_CHANGEPOINT``); ``None``: off.
     ``tail_budget``: the tail floor's share of the budget (``PROXY_DISCOVERY_TAIL_BUDGET``,
@@ -213,7 +218,9 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             rules_of[r].append(i)
     models = FeedUpdateModels(update_model_settings(length))
     said: dict[int, float] = {}  # the publishers' stated rates, per chronon
-    if hints is not None:
+    if hints is not None and hints < 0:  # a platform's default: every feed states the same -hints a chronon
+        said = dict.fromkeys(watched, -hints)
+    elif hints is not None:
         noise = np.random.default_rng(seed)
         said = {r: max(len(ups[r]), 0.5) / chronons * math.exp(hints * noise.standard_normal()) for r in watched}
     detector = None if changepoint is None else ShiftDetector(*changepoint)
@@ -395,9 +402,10 @@ def main() -> None:
     parser.add_argument("--reader-orders", type=int, default=READER_ORDERS,
                         help=f"feed orders the readers' figures are the mean over (default {READER_ORDERS}, the "
                              "live bench's; 1: the feeds' own order alone)")
-    parser.add_argument("--hints", type=float, action="append",
+    parser.add_argument("--hints", type=_hint, action="append",
                         help="publisher hints to compare: the noise (log-normal sigma) of each feed's stated rate "
-                             "around its true one; -1: none (the default)")
+                             "around its true one; c0.1: every feed states 0.1 a chronon (a platform's default); "
+                             "none (the default)")
     parser.add_argument("--hint-strength", type=float, default=None,
                         help="pseudo-updates a stated rate is worth (default the pool strength)")
     parser.add_argument("--changepoint", action="append",
@@ -417,11 +425,12 @@ def main() -> None:
                for e in (args.level_exponent or [LEVEL_EXPONENT])
                for pool in (args.pool_strength or [POOL_STRENGTH])
                for explore in (args.explore or [EXPLORE_SHARE]) for revisit in (args.revisit or [0.0])
-               for hint in (args.hints or [-1.0]) for cp in (args.changepoint or ["off"])
+               for hint in (args.hints or [None]) for cp in (args.changepoint or ["off"])
                for m in modes]
     heads = [f"z = {z:g}, e = {e:g}, pool {pool:g}, explore {explore:g}"
              + ("" if args.revisit is None else f", revisit {revisit:g}")
-             + ("" if args.hints is None else (", no hints" if hint < 0 else f", hints σ {hint:g}"))
+             + ("" if args.hints is None else (", no hints" if hint is None else f", every feed states {-hint:g}"
+                                                if hint < 0 else f", hints σ {hint:g}"))
              + ("" if args.changepoint is None else f", change points {cp}")
              + ("" if args.predicted is None else f", {text}")
              for z, e, pool, explore, revisit, hint, cp, text, *_ in columns]
@@ -444,7 +453,7 @@ def main() -> None:
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
                              co_update=args.co_update, tail_budget=args.tail_budget,
                              chronons=args.chronons, days=args.days, revisit=revisit or None,
-                             hints=None if hint < 0 else hint, hint_strength=args.hint_strength,
+                             hints=hint, hint_strength=args.hint_strength,
                              changepoint=None if cp == "off" else _ratio_threshold(cp))
             live, rr, ad, delays = run.live, run.rr, run.ad, run.delays
             ratios[k].append(live / max(rr, ad))
@@ -462,6 +471,15 @@ def main() -> None:
           + " | ".join(f"{statistics.median(t):.2f}, {max(t):.2f}; {n} of {len(t)}" for t, n in zip(tails, level,
                                                                                                 strict=True))
           + " |")
+
+
+def _hint(text: str) -> float | None:
+    """``none`` -> None, ``0.5`` -> 0.5 (a noise), ``c0.1`` -> -0.1 (every feed states 0.1 a chronon)."""
+    if text == "none":
+        return None
+    if text.startswith("c"):
+        return -float(text[1:])
+    return float(text)
 
 
 def _ratio_threshold(text: str) -> tuple[float, float]:
