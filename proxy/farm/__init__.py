@@ -34,6 +34,7 @@ from proxy.farm._trace import (
     load_csv_trace,
     load_publications,
     poisson_schedule,
+    trace_intervals,
 )
 from proxy.farm.farm import DEFAULT_EPOCH, EntryText, FeedFarm
 
@@ -68,4 +69,5 @@ __all__ = [
     "parse_fault_spec",
     "peak_concurrency",
     "poisson_schedule",
+    "trace_intervals",
 ]

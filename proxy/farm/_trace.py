@@ -123,6 +123,32 @@ _UTC_SUFFIX = re.compile(r"\s*(?:Z|UTC|GMT)$", re.IGNORECASE)
 _RFC822_YEAR = re.compile(r"\b\d{1,2}\s+[A-Za-z]+\.?\s+(\d+)\b")
 
 
+def trace_intervals(
+    events: Sequence[TraceEvent], feed_ids: Sequence[str], seconds_per_trace_unit: float, *,
+    sigma: float = 0.0, seed: int = 0, horizon: float | None = None,
+) -> dict[str, float]:
+    """Wall seconds between updates each feed would state of itself: its mean over the trace, noisy.
+
+    For ``FeedFarm(hints=...)`` (issue 45's publisher hints): the span is trace time 0 to
+    ``horizon`` (default: the last event), a feed's interval the span over its events in it
+    (half an event for a feed without any), times ``exp(sigma · N(0, 1))`` drawn per feed in
+    ``feed_ids``' order from ``seed``: a publisher's round "hourly" is not its true pace. Honest
+    about the trace's rates and nothing more; no real trace states hints.
+    """
+    if not (sigma >= 0 and math.isfinite(sigma)) or seconds_per_trace_unit <= 0:
+        raise ValueError(f"need sigma >= 0 and seconds_per_trace_unit > 0, got {sigma}, {seconds_per_trace_unit}")
+    span = horizon if horizon is not None else max((e.trace_time for e in events), default=0.0)
+    if not span > 0:
+        raise ValueError("hints need a trace that spans some time")
+    counts = dict.fromkeys(feed_ids, 0)
+    for e in events:
+        if e.trace_time <= span and e.feed_id in counts:
+            counts[e.feed_id] += 1
+    draw = random.Random(seed)
+    return {f: span * seconds_per_trace_unit / max(n, 0.5) * math.exp(sigma * draw.gauss(0.0, 1.0))
+            for f, n in counts.items()}
+
+
 def load_csv_trace(
     path: str | Path,
     *,

@@ -132,6 +132,12 @@ def serve(
     duration: Annotated[
         float | None, typer.Option(help="Stop after this many seconds (default: until a signal).")
     ] = None,
+    publisher_hints: Annotated[
+        float | None,
+        typer.Option(help="With --trace: each RSS feed states its mean update interval over the trace "
+                          "(wall time), times exp(SIGMA * N(0,1)), as sy:updatePeriod/sy:updateFrequency "
+                          "(issue 45; no real trace has hints)."),
+    ] = None,
 ) -> None:
     """Serve synthetic RSS/Atom feeds on 127.0.0.1 until SIGINT/SIGTERM."""
     from datetime import timedelta
@@ -143,6 +149,7 @@ def serve(
         load_csv_trace,
         parse_fault_spec,
         poisson_schedule,
+        trace_intervals,
     )
 
     if trace is not None and rate > 0:
@@ -164,6 +171,15 @@ def serve(
         feed_ids = list(feed)
     else:
         feed_ids = [str(i) for i in range(100 if feeds is None else feeds)]
+    hints = None
+    if publisher_hints is not None:
+        if schedule is None:
+            raise typer.BadParameter("--publisher-hints needs --trace (hints are the trace's own rates)")
+        try:
+            hints = trace_intervals(schedule, feed_ids, seconds_per_trace_unit, sigma=publisher_hints, seed=seed,
+                                    horizon=horizon)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--publisher-hints") from None
     faults = []
     for spec in fault or []:
         try:
@@ -195,6 +211,7 @@ def serve(
             hub=hub,
             push_share=push_share,
             push_seed=push_seed,
+            hints=hints,
             host=host,
             also_hosts=also_host or (),
             port=port,
