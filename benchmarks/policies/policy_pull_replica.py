@@ -110,7 +110,7 @@ LEAD = 10  # the live bench's lead: its rules exist this many chronons before th
 RATES = ("learnt", "run", "past")  # replay's rates: the service's, or an oracle's
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/discovery.md's commands
-TAIL_BUDGET = 0.45  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
+TAIL_BUDGET = 0.3  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
 FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
 
 
