@@ -54,3 +54,16 @@ async def test_a_stated_interval_is_a_prior_and_probes_feed_the_detector(databas
         # chronon, b's the pool's; the years of silence outweigh both, but a's stays above.
         believed = loop._believed
         assert believed[a.resource] > 2 * believed[b.resource]
+
+        # Memory follows the registered feeds: once b is deleted, its rate and detector go.
+        r = await px.client.delete(f"/api/v1/profiles/{r.json()['id']}", headers=px.auth)
+        assert r.status_code == 204, r.text
+        r = await px.client.delete(f"/api/v1/feeds/{ids[1]}", headers=px.auth)
+        assert r.status_code == 204, r.text
+
+        async def forgotten() -> bool:
+            return b.resource not in loop._believed
+
+        await eventually(forgotten, what="the deleted feed's detector state dropped")
+        assert a.resource in loop._believed and len(loop.shifts) == 1
+        assert loop.shifts.record(b.resource) is None

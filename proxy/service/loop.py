@@ -393,6 +393,8 @@ class ChrononLoop:
         ``exclude``: blocked feeds, probes in flight and the engine's own picks.
         """
         rt = self.runtime
+        if len(self._believed) > len(rt.feeds.by_resource):  # feeds deleted: their detector state goes too
+            self._forget_deleted()
         evaluator = rt.evaluator
         window = evaluator.update_window()
         if window is None:
@@ -442,6 +444,15 @@ class ChrononLoop:
         hint = None if self.coupdate is None else self.coupdate.hints(t, window, resources, last, rate)
         return self._allocator.pick(max(spare, 0), t, resources, last, rate, weight, window, shape=shape,
                                     groups=evaluator.update_groups, revisit=bound, hint=hint, tail=tail, tail_rate=tail_rate)
+
+    def _forget_deleted(self) -> None:
+        """Drop the rates and shift detectors of feeds no longer registered: what the regime-shift
+        detector keeps is bounded by the registered feeds, not by every feed ever watched."""
+        registered = self.runtime.feeds.by_resource
+        for r in [r for r in self._believed if r not in registered]:
+            del self._believed[r]
+            if self.shifts is not None:
+                self.shifts.forget(r)
 
     def _revisit(self, t: int, waiting: list[int], window: int) -> tuple[int | None, list[int]]:
         """The revisit bound at ``t`` (``None``: off) and the feeds it covers, the waited-for ones first.
