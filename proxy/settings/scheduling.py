@@ -78,7 +78,9 @@ class SchedulingSettings(SettingsGroup):
             "Take the update interval a feed's document states (RSS 1.0 syndication module "
             "`sy:updatePeriod`/`sy:updateFrequency`, else `<ttl>`) as the prior of its rate, in place "
             "of the other feeds' pooled rate, until its own record outweighs it (issue 45). Off: "
-            "not measured better (docs/discovery.md, \"Publisher hints and regime shifts\"). "
+            "honest hints win in the benchmarks, but no trace carries real publishers' hints, and a "
+            "platform's default stated for every feed costs a little (docs/discovery.md, \"Publisher "
+            "hints and regime shifts\"). "
             "`Cache-Control`, `Expires` and `<ttl>` delay a feed's next probe either way "
             "(`PROXY_RESPECT_CACHE_HINTS`)."
         ),
