@@ -10,7 +10,10 @@ CLI imports it before anything heavy.
 
 from __future__ import annotations
 
+import random
 import socket
+from collections import deque
+from pathlib import Path
 
 __all__ = ["bind_problem", "listen_socket"]
 
@@ -53,10 +56,38 @@ def listen_socket(host: str, port: int, *, fallback: bool = True) -> tuple[socke
     return _bound(host, 0), True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the system's pick), for a child process to take.
+#: Where :func:`free_port` picks from: below the ephemeral range, which the system draws both
+#: ``bind(port 0)`` and every outgoing connection's local port from.
+_LOWEST_PICK = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_picker = random.Random()  # its own state: a test's seeding of `random` must not align workers
+_handed_out: deque[int] = deque(maxlen=4096)
 
-    Another process may take it first: callers start their server at once and retry if not."""
+
+def _below_ephemeral() -> range | None:
+    """The ports under the system's ephemeral range, from :data:`_LOWEST_PICK`; ``None`` if unknown."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return range(_LOWEST_PICK, low) if low - _LOWEST_PICK >= 1000 else None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now, for a child process to take.
+
+    Picked at random below the ephemeral range (where the system has one, as Linux does), not
+    by the system from it: an outgoing connection's local port comes from that range, so a
+    port picked there could be taken by any connection made before the child binds it (issue
+    48: a test's worker, started seconds after its port was picked, found it in use). Not one
+    handed out recently by this process. Another process may still bind it first.
+    """
+    ports = _below_ephemeral()
+    if ports is not None:
+        for port in (_picker.choice(ports) for _ in range(200)):
+            if port not in _handed_out and bind_problem(host, port) is None:
+                _handed_out.append(port)
+                return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
