@@ -87,6 +87,7 @@ from proxy.core.discovery import (
     tail_period,
     waiting_share,
 )
+from proxy.core.hazard import AgeHazard
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.rules import FeedUpdateModels
 from proxy.service._feeds import update_model_settings
@@ -112,6 +113,7 @@ CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in do
 CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/discovery.md's commands
 TAIL_BUDGET = 0.3  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
 FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
+HAZARD = 0.0  # the age hazards' strength in every column (--hazard; PROXY_DISCOVERY_HAZARD; 0: off)
 
 
 class Replay(NamedTuple):
@@ -201,6 +203,9 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     waits for are shown only then); 0: off.
     ``co_update``: the co-update hints' react threshold (``CaptureExplore``'s ``react``,
     ``proxy.core.coupdate.CoUpdates``; 0: no hints).
+    ``HAZARD`` (the module's, set by ``--hazard``): the age hazards' shrinkage strength
+    (``proxy.core.hazard.AgeHazard``, told every probe's document; a feed without a cycle is read at
+    its age since its last publication); 0: off.
     """
     if rates not in RATES:
         raise ValueError(f"rates must be one of {', '.join(RATES)}, got {rates!r}")
@@ -232,6 +237,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     allocator = CaptureExplore(epsilon=explore, level_exponent=level_exponent, coordination_rounds=rounds,
                                unfunded=UNFUNDED_CATCH, react=co_update or 0.5)
     co = CoUpdates() if co_update > 0 else None
+    ages = AgeHazard(strength=HAZARD) if HAZARD > 0 else None
+    paced: dict[int, float] = {}  # each feed's last rate given to the allocator (what the age table is relative to)
     mode = Predicted(predicted)
     planner = (None if mode is Predicted.OFF
                else PredictedProbes(models, ORIGIN, length, feedback=mode is Predicted.FBSUP, kinds=kinds))
@@ -270,7 +277,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             believed.update(zip(feeds, rate, strict=True))
         bound = None
         tail, tail_rate = None, None
-        shown = [shapes[r] for r in feeds]
+        paced.update(zip(feeds, rate, strict=True))
+        shown = [shapes[r] if ages is None or shapes[r] is not None else ages.shape(r, t) for r in feeds]
         if revisit:  # ChrononLoop._background: every watched feed, those no rule waits for at weight 0,
             # rate 0 and no cycle, so that only the bound probes them
             extra = [r for r in watched if r not in waits and r not in first]
@@ -311,6 +319,10 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             # The farm's document: its placeholder entry (dated a chronon before the rules exist), then
             # the updates so far, the newest 20.
             models.observe_document(r, at, [dated(u) for u in [placeholder, *(u for u in ups[r] if u <= t)]][-20:])
+            if ages is not None:  # the document's dates, in chronons, as the loop converts them
+                ages.observe(r, t, [(dated(u) - ORIGIN) / length
+                                    for u in [placeholder, *(u for u in ups[r] if u <= t)]][-20:],
+                             paced.get(r, 1.0 / chronons))
             last[r], last_at[r] = t, at
             if planner is not None:
                 planner.on_probe(r, t, before is not None and bool(found))
@@ -413,6 +425,9 @@ def main() -> None:
     parser.add_argument("--tail-budget", type=float, default=TAIL_BUDGET,
                         help=f"the tail floor's share of the budget, in every column, with --revisit only "
                              f"(PROXY_DISCOVERY_TAIL_BUDGET; default {TAIL_BUDGET:g}, the service's; 0: off)")
+    parser.add_argument("--hazard", type=float, default=0.0,
+                        help="the age hazards' shrinkage strength, in every column (proxy.core.hazard.AgeHazard, "
+                             "PROXY_DISCOVERY_HAZARD; 0: off, the default)")
     parser.add_argument("--co-update", type=float, default=0.0,
                         help="react threshold of the co-update hints, in every column (proxy.core.coupdate; "
                              "0: no hints, the default)")
@@ -420,6 +435,8 @@ def main() -> None:
                         help="revisit factors to compare (proxy.core.discovery.revisit_bound; 0: no bound, the "
                              "default)")
     args = parser.parse_args()
+    global HAZARD  # one setting for every column, as --tail-budget
+    HAZARD = args.hazard
     modes = [_mode(m) for m in args.predicted or ["off"]]
     columns = [(z, e, pool, explore, revisit, hint, cp, *m) for z in (args.z or [OPTIMISM_Z])
                for e in (args.level_exponent or [LEVEL_EXPONENT])
