@@ -33,7 +33,9 @@ from tests.test_e2e_support import eventually, parse_metrics
 pytestmark = pytest.mark.slow
 
 CHRONON = 0.2
-TTL = 1.5
+#: Renewals every second: at 1.5 s the holder lost its lease once at load 10 (two suites side
+#: by side, issue 48's run 19) and the standby saw epoch 2; the takeover waits one TTL more.
+TTL = 3.0
 BUDGET = 2
 FEEDS = ("f0", "f1", "f2", "f3")
 #: Process scheduling on a loaded CI machine: restore, first tick, our polling.
