@@ -37,6 +37,7 @@ import structlog
 from proxy.aio import cancel_and_wait
 from proxy.core.changepoint import ShiftDetector
 from proxy.core.coupdate import CoUpdates
+from proxy.core.hazard import AgeHazard
 from proxy.core.policies import get_policy
 from proxy.errors import StandbyError, StorageError
 from proxy.faults import fault_hook
@@ -312,6 +313,7 @@ class Lifecycle:
             publisher_hints=s.discovery_publisher_hints,
             shifts=ShiftDetector() if s.discovery_changepoint else None,
             coupdate=CoUpdates() if s.discovery_coupdate else None,
+            ages=AgeHazard(strength=s.discovery_hazard) if s.discovery_hazard > 0 else None,
             tail_budget=s.discovery_tail_budget,
             # 0 stays off; any other interval is at least a chronon.
             unwatched_every=(max(1, clock.chronons_for(s.unwatched_probe_interval_seconds))

@@ -50,6 +50,7 @@ import structlog
 from proxy.core.changepoint import ShiftDetector
 from proxy.core.coupdate import CoUpdates
 from proxy.core.discovery import CaptureExplore, TailFloor, revisit_bound, tail_period
+from proxy.core.hazard import AgeHazard
 from proxy.core.policies import Policy
 from proxy.core.rates import CycleShape, pooled_rates
 from proxy.errors import FeedNotFoundError, StorageError
@@ -212,6 +213,9 @@ class ChrononLoop:
     #: Which feeds update together, told every successful probe's dated new entries; its hints go to
     #: the background allocation (``PROXY_DISCOVERY_COUPDATE``, issue 45). None: off.
     coupdate: CoUpdates | None = None
+    #: The hazard by age since each feed's last publication, told every successful probe's dated
+    #: document; a feed without a cycle is read at its age (``PROXY_DISCOVERY_HAZARD``, issue 45). None: off.
+    ages: AgeHazard | None = None
     #: The tail floor's share of the budget (``proxy.core.discovery.TailFloor``; 0: off, issue 45):
     #: the watched feeds holding most updates probed in turn, for the detection delay's p90.
     tail_budget: float = 0.0
@@ -423,14 +427,17 @@ class ChrononLoop:
             updates.append(n)
             exposure.append(seconds / length)
             weight.append(worth)
-            shape.append(slot.shape if worth > 0 else None)
+            cycle = slot.shape if worth > 0 else None
+            if cycle is None and worth > 0 and self.ages is not None:  # no cycle: read at its age
+                cycle = self.ages.shape(r, t)
+            shape.append(cycle)
         # The rates and their pool are the waited-for feeds' (first in ``watched``); a feed only the
         # revisit bound keeps has weight 0, no frequency and no fill score, so no rate either.
         m = sum(r in weights for r in resources)
         unseen = [0.0 if at is None else float(max(t - at, 0)) for at in last[:m]]
         rate = pooled_rates(updates[:m], exposure[:m], POOL_STRENGTH, OPTIMISM_Z, unseen=unseen, fade=EVIDENCE_FADE,
                             prior=said[:m] if self.publisher_hints else None)
-        if self.shifts is not None:
+        if self.shifts is not None or self.ages is not None:
             self._believed.update(zip(resources[:m], rate, strict=True))
         rate += [0.0] * (len(resources) - m)
         tail, tail_rate = None, None
@@ -453,6 +460,8 @@ class ChrononLoop:
             del self._believed[r]
             if self.shifts is not None:
                 self.shifts.forget(r)
+            if self.ages is not None:
+                self.ages.drop(r)
 
     def _revisit(self, t: int, waiting: list[int], window: int) -> tuple[int | None, list[int]]:
         """The revisit bound at ``t`` (``None``: off) and the feeds it covers, the waited-for ones first.
@@ -597,6 +606,12 @@ class ChrononLoop:
             if self.coupdate is not None:  # the new entries' dates, in chronons (undated ones say nothing)
                 self.coupdate.observe(r, started, [min(self.clock.chronon_at(e.published), started)
                                                    for e in new if e.published is not None])
+            paced = self._believed.get(r)
+            if self.ages is not None and document is not None and paced is not None:
+                # The document's dates in chronons (undated entries say nothing), against the rate the
+                # allocation last gave the feed: a feed it has not rated yet teaches nothing.
+                self.ages.observe(r, started, [min(self.clock.chronon_at(e.published), started)
+                                               for e in document if e.published is not None], paced)
             if self.predicted is not None:  # fbSUP: a probe that found nothing opens the next EI
                 self.predicted.on_probe(r, started, bool(new) and not baseline)
             if document is not None:
