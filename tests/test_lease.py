@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from proxy.aio import cancel_and_wait
 from proxy.errors import StorageError
 from proxy.service.leader import LOOP_LEASE, Leader, LeaseTiming
 from proxy.store import Lease, Store
@@ -150,8 +151,8 @@ def _leader(store: object, name: str, events: Events, ttl: float) -> Leader:
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    """As the service stops its keeper: cancelled until it ends, within a deadline."""
+    await asyncio.wait_for(cancel_and_wait(task), 30)
 
 
 async def test_a_standby_takes_over_when_the_holder_dies_and_the_old_holder_steps_down(

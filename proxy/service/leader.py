@@ -263,16 +263,23 @@ class Leader:
         its time. A timeout more than ``renew_every`` late is such a stall, and the renewal
         then gets one more TTL (ticks are refused meanwhile: :meth:`holds`); a slow database,
         with the loop running, times out as before.
+
+        ``asyncio.timeout``, not ``wait_for``: CPython 3.11's ``wait_for`` returns the result
+        instead of raising when a cancel lands in the turn the awaited completes, and the
+        keeper then renews for ever after its task was cancelled (a test's cancel without
+        :func:`proxy.aio.cancel_and_wait`'s repeats hung there: issue 48, run 18).
         """
         due = self._monotonic() + left
         try:
-            return await asyncio.wait_for(asyncio.shield(renewal), left), False
+            async with asyncio.timeout(left):
+                return await asyncio.shield(renewal), False
         except TimeoutError:
             late = self._monotonic() - due
             if late <= self.timing.renew_every:
                 raise
             log.warning("lease_renewal_stalled", lease=self.name, late_seconds=round(late, 3))
-        return await asyncio.wait_for(asyncio.shield(renewal), self.timing.ttl), True
+        async with asyncio.timeout(self.timing.ttl):
+            return await asyncio.shield(renewal), True
 
     async def _depose(self, reason: str) -> None:
         lease, self.lease = self.lease, None
