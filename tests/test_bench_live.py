@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,6 +97,16 @@ async def test_pull_only_first_documents_are_dated_on_the_run_s_own_timeline(tmp
     # Dated before the rules were made: backlog, not a change the rules waited for.
     assert placeholders and all(p < created for p in placeholders), (placeholders, created)
 
+
+
+def _assert_contract_lines(output: str, tag: str) -> None:
+    """The two summary lines of ``proxy bench live`` that are its contract, every figure computed."""
+    number = r"\d+\.\d%"
+    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
+                     rf"round-robin {number}  adaptive {number}$", output, re.M), output
+    two = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
+    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {two}  "
+                     rf"round-robin {two}  adaptive {two}$", output, re.M), output
 
 def _fake_result(tag: str, policy: str, budget: int, live: float) -> dict[str, object]:
     reader = {"probes": 100, "completeness": 0.1, "probes_to_match": 900, "completeness_at_match": live}
@@ -307,7 +318,6 @@ def test_a_tiny_live_run_of_alerts_through_the_cli(tmp_path: Path) -> None:
     """``--rule-kind alert``: every posted rule is a single-feed alert (a trigger on update
     without query or condition), its CEIs have one EI each, and both summary lines keep
     their shape with every figure computed."""
-    import re
     import sqlite3
 
     res = CliRunner().invoke(app, [
@@ -316,12 +326,7 @@ def test_a_tiny_live_run_of_alerts_through_the_cli(tmp_path: Path) -> None:
         "--service", "inline", "--reader-orders", "4", "--rule-kind", "alert", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     tag = "poisson-mrsf-p-C3-alert"
-    number = r"\d+\.\d%"
-    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
-                     rf"round-robin {number}  adaptive {number}$", res.output, re.M), res.output
-    delays = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
-    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {delays}  "
-                     rf"round-robin {delays}  adaptive {delays}$", res.output, re.M), res.output
+    _assert_contract_lines(res.output, tag)
     result = json.loads((tmp_path / f"{tag}.json").read_text())
     assert result["config"]["rule_kind"] == "alert"
     assert 0 < result["live"]["cei_completeness"] <= 1
@@ -340,20 +345,13 @@ def test_a_tiny_live_run_of_alerts_through_the_cli(tmp_path: Path) -> None:
 def test_a_pull_only_run_with_a_revisit_bound_reports_the_tail_and_the_clairvoyant(tmp_path: Path) -> None:
     """``--revisit-factor`` reaches the service (issue 45); a third line gives p50/p90/p99 of the proxy,
     both readers and the clairvoyant, after the two contract lines, which keep their shape."""
-    import re
-
     res = CliRunner().invoke(app, [
         "bench", "live", "--feeds", "8", "--profiles", "5", "--chronons", "40", "--lam", "5",
         "--rank", "2", "--window", "5", "--budget", "1", "--chronon-seconds", "0.2", "--ping-drop-rate", "1.0",
         "--service", "inline", "--reader-orders", "2", "--revisit-factor", "1.5", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     tag = "poisson-mrsf-p-C1-revisit1.5-drop100"
-    number = r"\d+\.\d%"
-    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
-                     rf"round-robin {number}  adaptive {number}$", res.output, re.M), res.output
-    two = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
-    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {two}  "
-                     rf"round-robin {two}  adaptive {two}$", res.output, re.M), res.output
+    _assert_contract_lines(res.output, tag)
     three = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)/(?:\d+\.\d|-)"
     assert re.search(rf"^{tag}: detection delay p50/p90/p99 \(chronons\): live {three}  "
                      rf"round-robin {three}  adaptive {three}  clairvoyant {three}$", res.output, re.M), res.output
@@ -367,7 +365,6 @@ def test_a_tiny_run_with_a_push_share_counts_pushes_apart_from_probes(tmp_path: 
     """``--push-share`` (issue 44): half the feeds push through a real flask-websub hub, the
     service subscribes; pushed documents are observations, not probes (budget and probe
     counts leave them out), and a fourth line says what push did."""
-    import re
     import sqlite3
 
     res = CliRunner().invoke(app, [
@@ -397,19 +394,12 @@ def test_a_tiny_run_with_a_push_share_counts_pushes_apart_from_probes(tmp_path: 
 def test_a_pull_only_run_with_co_updates_keeps_the_contract_lines(tmp_path: Path) -> None:
     """``--co-update`` reaches the service (``PROXY_DISCOVERY_COUPDATE``, issue 45); the run's tag says so and
     its two contract lines keep their shape."""
-    import re
-
     res = CliRunner().invoke(app, [
         "bench", "live", "--feeds", "8", "--profiles", "5", "--chronons", "40", "--lam", "5",
         "--rank", "2", "--window", "5", "--budget", "1", "--chronon-seconds", "0.2", "--ping-drop-rate", "1.0",
         "--service", "inline", "--reader-orders", "2", "--co-update", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     tag = "poisson-mrsf-p-C1-drop100-coupdate"
-    number = r"\d+\.\d%"
-    assert re.search(rf"^{tag}: live {number}  sim {number}  sim\(lag\) {number}  probes [1-9]\d*  "
-                     rf"round-robin {number}  adaptive {number}$", res.output, re.M), res.output
-    two = r"(?:\d+\.\d|-)/(?:\d+\.\d|-)"
-    assert re.search(rf"^{tag}: detection delay p50/p90 \(chronons\): live {two}  "
-                     rf"round-robin {two}  adaptive {two}$", res.output, re.M), res.output
+    _assert_contract_lines(res.output, tag)
     result = json.loads((tmp_path / f"{tag}.json").read_text())
     assert result["config"]["co_update"] is True
