@@ -103,3 +103,83 @@ def test_the_floor_period_is_below_a_round_robins_p90() -> None:
     # Round-robin's detection delays are uniform over its cycle n / C: its p90 is 0.9 n / C.
     for n, c in [(40, 2), (60, 2), (200, 3)]:
         assert tail_period(c, n, 10) < math.floor(0.9 * n / c) or tail_period(c, n, 10) == 11
+
+
+# The adaptive floor (TailFloor.target): only what the expected pooled tail needs, nothing where it cannot
+# come near the target. Rates here sum to 1, so a rate is its share of the update mass.
+
+RATES = [0.05, 0.5, 0.1, 0.3, 0.05]
+
+
+@pytest.mark.parametrize(
+    ("target", "idle", "expected"),
+    [
+        # Unprobed feeds (idle 0): every update of an unfloored feed waits past the period.
+        (0.1, 0.0, [0.0, 0.1, 0.1, 0.1, 0.0]),  # 0.5 + 0.3 + 0.1 leaves 0.1 waiting
+        (0.2, 0.0, [0.0, 0.1, 0.0, 0.1, 0.0]),  # 0.5 + 0.3 leaves 0.2
+        (0.6, 0.0, [0.0, 0.1, 0.0, 0.0, 0.0]),
+        (1.0, 0.0, [0.0] * 5),  # the tail is within the target already
+        # Probed once per 20 chronons without a floor: half of each feed's updates wait past 10.
+        (0.1, 0.05, [0.0, 0.1, 0.0, 0.1, 0.0]),  # 0.5 left waiting, 0.25 + 0.15 taken out
+        (0.5, 0.05, [0.0] * 5),
+        # Probed once per 10 chronons anyway: no tail, no floor.
+        (0.0, 0.1, [0.0] * 5),
+    ],
+)
+def test_the_adaptive_floor_takes_only_the_feeds_that_bring_the_expected_tail_to_its_target(
+        target: float, idle: float, expected: list[float]) -> None:
+    floor = TailFloor(10, 1.0, target=target)
+    assert tail_floor(RATES, [0.0] * 5, 2.0, floor, idle) == expected
+
+
+def test_the_adaptive_floor_leaves_a_feed_the_capture_funds_within_the_period_and_pays_for_a_partial_one() -> None:
+    # The fastest is funded at 1/5 (no tail); the second at 1/20 (half its updates late, costs 1/20 to raise).
+    floor = TailFloor(10, 1.0, target=0.1)
+    assert tail_floor(RATES, [0.0, 0.2, 0.0, 0.05, 0.0], 2.0, floor) == [0.0, 0.0, 0.1, 0.1, 0.0]
+    # A share that pays for the half-funded feed (1/20) and not one more (1/10): the rest is too late.
+    capped = TailFloor(10, 0.05 / 2.0, target=0.1)
+    assert tail_floor(RATES, [0.0, 0.2, 0.0, 0.05, 0.0], 2.0, capped) == [0.0, 0.0, 0.0, 0.1, 0.0]
+
+
+def test_the_adaptive_floor_spends_nothing_where_its_share_cannot_come_near_the_target() -> None:
+    flat = [0.1] * 10
+    # A share of 0.1 / 1.0 pays for one feed at 1/10: 0.9 of the mass still waits past the period.
+    assert tail_floor(flat, [0.0] * 10, 1.0, TailFloor(10, 0.1, target=0.1, hopeless=0.5)) == [0.0] * 10
+    assert tail_floor(flat, [0.0] * 10, 1.0, TailFloor(10, 0.1, target=0.1, hopeless=0.9)) == [0.1] + [0.0] * 9
+    # Five feeds bring it to 0.5: within a hopeless line of 0.5, spent.
+    assert tail_floor(flat, [0.0] * 10, 1.0, TailFloor(10, 0.5, target=0.1, hopeless=0.5)) == [0.1] * 5 + [0.0] * 5
+
+
+def test_an_adaptive_floor_refuses_a_target_or_hopeless_line_outside_zero_one() -> None:
+    with pytest.raises(ValueError, match="target"):
+        TailFloor(10, 0.3, target=1.5)
+    with pytest.raises(ValueError, match="hopeless"):
+        TailFloor(10, 0.3, target=0.1, hopeless=-0.1)
+
+
+def test_an_adaptive_floor_whose_tail_is_already_within_target_gives_exactly_the_probes_of_no_floor() -> None:
+    assert _run(TailFloor(8, 0.5, target=1.0)) == _run(None)
+
+
+def test_an_adaptive_floor_probes_the_fast_feed_no_rule_waits_for_as_the_fixed_one_does() -> None:
+    # Feed 0 holds 2/3 of the updates and no rule waits for it: the adaptive floor keeps it too, from the
+    # first recomputation that knows the capture frequencies (chronon 10); at chronon 0 none is funded yet,
+    # and a budget of 1 over 6 feeds looks like once per 6 chronons, within the period of 8.
+    floored = _run(TailFloor(8, 0.5, target=0.1))
+    after = [t for t in floored[0] if t >= 10]
+    assert len(after) >= 190 // 8 - 1
+    assert max(b - a for a, b in itertools.pairwise(after)) <= 8 + 2
+    assert sum(len(p) for p in floored.values()) == 200
+    assert len(_run(None)[0]) <= 2
+
+
+def test_the_fixed_floor_with_a_hopeless_line_spends_nothing_where_it_leaves_too_much_waiting() -> None:
+    flat = [0.1] * 10
+    # Fastest first within a share of 0.3: three feeds at 1/10, 0.7 of the mass still unprobed.
+    assert tail_floor(flat, [0.0] * 10, 1.0, TailFloor(10, 0.3)) == [0.1] * 3 + [0.0] * 7
+    assert tail_floor(flat, [0.0] * 10, 1.0, TailFloor(10, 0.3, hopeless=0.5)) == [0.0] * 10
+    # Probed once per 20 chronons anyway (idle 0.05): half of 0.7 waits past the period, within 0.5.
+    assert tail_floor(flat, [0.0] * 10, 1.0, TailFloor(10, 0.3, hopeless=0.5), 0.05) == [0.1] * 3 + [0.0] * 7
+    # The rates of test_the_floor_takes_the_fastest_feeds...: 0.1 left, within any line above it.
+    assert tail_floor(RATES, [0.0] * 5, 2.0, TailFloor(10, 1.0, hopeless=0.1)) == [0.0, 0.1, 0.1, 0.1, 0.0]
+    assert tail_floor(RATES, [0.0] * 5, 2.0, TailFloor(10, 1.0, hopeless=0.05)) == [0.0] * 5

@@ -112,6 +112,8 @@ RATES = ("learnt", "run", "past")  # replay's rates: the service's, or an oracle
 CHRONONS, WINDOW, DAYS, RANK = 200, 10, 14, 3  # the live bench's defaults in docs/discovery.md
 CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/discovery.md's commands
 TAIL_BUDGET = 0.3  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
+TAIL_TARGET = 0.1  # the service's PROXY_DISCOVERY_TAIL_TARGET (TailFloor.target: the adaptive floor)
+TAIL_HOPELESS = 0.2  # the service's PROXY_DISCOVERY_TAIL_HOPELESS (TailFloor.hopeless)
 FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
 HAZARD = 0.0  # the age hazards' strength in every column (--hazard; PROXY_DISCOVERY_HAZARD; 0: off)
 
@@ -142,7 +144,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            orders: int = READER_ORDERS, revisit: float | None = None, hints: float | None = None,
            hint_strength: float | None = None,
            changepoint: tuple[float, float] | None = None, co_update: float = 0.0,
-           tail_budget: float = TAIL_BUDGET) -> tuple[float, float, float, int]:
+           tail_budget: float = TAIL_BUDGET, tail_target: float | None = TAIL_TARGET,
+           tail_hopeless: float = TAIL_HOPELESS) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     :func:`replay_run`'s first four figures (its arguments).
@@ -151,7 +154,8 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                       explore=explore, seed=seed, fade=fade, rounds=rounds, rates=rates, rank=rank,
                       window=window, chronons=chronons, days=days, whole_windows=whole_windows, lead=lead,
                       orders=orders, revisit=revisit, hints=hints, hint_strength=hint_strength,
-                      changepoint=changepoint, co_update=co_update, tail_budget=tail_budget)[:4]
+                      changepoint=changepoint, co_update=co_update, tail_budget=tail_budget,
+                      tail_target=tail_target, tail_hopeless=tail_hopeless)[:4]
 
 
 def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
@@ -162,7 +166,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
                chronons: int = CHRONONS, days: float = DAYS, whole_windows: bool = False, lead: int = 0,
                orders: int = READER_ORDERS, revisit: float | None = None, hints: float | None = None,
                hint_strength: float | None = None, changepoint: tuple[float, float] | None = None, co_update: float = 0.0,
-               tail_budget: float = TAIL_BUDGET) -> Replay:
+               tail_budget: float = TAIL_BUDGET, tail_target: float | None = TAIL_TARGET,
+               tail_hopeless: float = TAIL_HOPELESS) -> Replay:
     """One replay: live-equivalent completeness, the readers' at equal probes, the probes, the delays.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -200,7 +205,9 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     once it detects a regime shift (``PROXY_DISCOVERY_CHANGEPOINT``); ``None``: off.
     ``tail_budget``: the tail floor's share of the budget (``PROXY_DISCOVERY_TAIL_BUDGET``,
     ``proxy.core.discovery.TailFloor``), with a revisit bound only (as the loop: the feeds no rule
-    waits for are shown only then); 0: off.
+    waits for are shown only then); 0: off. ``tail_target``, ``tail_hopeless``: the adaptive floor's
+    ``TailFloor.target`` and ``hopeless`` (``None`` and 1: the fixed floor of ``docs/discovery.md``'s
+    "The tail where the updates are").
     ``co_update``: the co-update hints' react threshold (``CaptureExplore``'s ``react``,
     ``proxy.core.coupdate.CoUpdates``; 0: no hints).
     ``HAZARD`` (the module's, set by ``--hazard``): the age hazards' shrinkage strength
@@ -285,7 +292,8 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             feeds, rate, shown = feeds + extra, list(rate) + [0.0] * len(extra), shown + [None] * len(extra)
             bound = revisit_bound(budget, len(feeds), window, revisit)
             if tail_budget > 0:  # ChrononLoop._background: every shown feed's own pace, barely pooled
-                tail = TailFloor(tail_period(budget, len(feeds), window), tail_budget)
+                tail = TailFloor(tail_period(budget, len(feeds), window), tail_budget, target=tail_target,
+                                 hopeless=tail_hopeless)
                 tail_rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds],
                                          TAIL_POOL_STRENGTH, 0.0, fade=fade,
                                          unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds])
@@ -425,6 +433,13 @@ def main() -> None:
     parser.add_argument("--tail-budget", type=float, default=TAIL_BUDGET,
                         help=f"the tail floor's share of the budget, in every column, with --revisit only "
                              f"(PROXY_DISCOVERY_TAIL_BUDGET; default {TAIL_BUDGET:g}, the service's; 0: off)")
+    parser.add_argument("--tail-target", type=float, default=TAIL_TARGET,
+                        help="the adaptive tail floor: the share of the expected update mass allowed to wait "
+                             f"past the floor's period (TailFloor.target; default {TAIL_TARGET:g}, the service's; "
+                             "0: the fixed floor)")
+    parser.add_argument("--tail-hopeless", type=float, default=TAIL_HOPELESS,
+                        help="no floor when its budget share cannot bring that share to this (TailFloor.hopeless; "
+                             f"default {TAIL_HOPELESS:g}, the service's; 1: never skipped)")
     parser.add_argument("--hazard", type=float, default=0.0,
                         help="the age hazards' shrinkage strength, in every column (proxy.core.hazard.AgeHazard, "
                              "PROXY_DISCOVERY_HAZARD; 0: off, the default)")
@@ -469,6 +484,7 @@ def main() -> None:
                              rounds=args.rounds, rank=args.rank, window=args.window,
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
                              co_update=args.co_update, tail_budget=args.tail_budget,
+                             tail_target=args.tail_target or None, tail_hopeless=args.tail_hopeless,
                              chronons=args.chronons, days=args.days, revisit=revisit or None,
                              hints=hint, hint_strength=args.hint_strength,
                              changepoint=None if cp == "off" else _ratio_threshold(cp))

@@ -124,11 +124,25 @@ class TailFloor:
     which concentrate on fast feeds: a watch rule's fast feed, once in its CEI,
     is worth nothing to the rule until its slow partners change, and without
     this it waits while its updates pile up.
+
+    With ``target`` set (adaptive), the floor spends only what the expected
+    pooled tail needs: each feed's updates wait uniformly over its planned
+    period (``1 / funded``, or the period of a feed the frequencies leave to the
+    explore step and the bound), so the share of the update mass expected to
+    wait past ``period`` is ``Σ rate × max(0, 1 − period × f) / Σ rate``. The
+    floor takes feeds (most of that mass per probe added first) until it is at
+    most ``target``, and nothing when it is already; if ``budget_share`` cannot
+    bring it to ``hopeless`` or below, the floor spends nothing at all: on
+    traces with many feeds per probe the floor's whole share would buy a slow
+    round-robin and little p90. ``share`` is then unused. Without ``target``,
+    ``hopeless`` below 1 applies to the fixed floor's feeds in the same way.
     """
 
     period: int
     budget_share: float
     share: float = 0.9
+    target: float | None = None
+    hopeless: float = 1.0
 
     def __post_init__(self) -> None:
         if self.period < 1:
@@ -137,10 +151,14 @@ class TailFloor:
             raise ValueError(f"budget_share must be in [0, 1], got {self.budget_share}")
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"share must be in [0, 1], got {self.share}")
+        if self.target is not None and not 0.0 <= self.target <= 1.0:
+            raise ValueError(f"target must be in [0, 1], got {self.target}")
+        if not 0.0 <= self.hopeless <= 1.0:
+            raise ValueError(f"hopeless must be in [0, 1], got {self.hopeless}")
 
 
 def tail_floor(rate: Sequence[float] | npt.NDArray[np.float64], funded: Sequence[float] | npt.NDArray[np.float64],
-               budget: float, floor: TailFloor) -> list[float]:
+               budget: float, floor: TailFloor, idle: float = 0.0) -> list[float]:
     """Each feed's floor frequency under ``floor``: ``1 / floor.period`` for the chosen feeds, 0 for the others.
 
     Feeds are taken fastest first (ties by position) while the rate mass before
@@ -150,12 +168,20 @@ def tail_floor(rate: Sequence[float] | npt.NDArray[np.float64], funded: Sequence
     the greedy optimum of the pooled tail: raising feed ``i`` to ``1 / period``
     removes about ``rate[i]`` updates a chronon from the tail at a cost of at
     most ``1 / period``, the same for every feed.
+
+    With ``floor.target`` (adaptive, see :class:`TailFloor`), ``idle`` is the
+    probes per chronon a feed gets without a capture frequency (the explore
+    step's and the bound's share of it); the floor takes feeds by the expected
+    updates per chronon it moves under ``period`` per probe added, only as many
+    as bring the expected share waiting past ``period`` to ``target``, and none
+    when ``budget_share`` cannot bring it to ``floor.hopeless``.
     """
-    out = _tail_floor(np.asarray(rate, dtype=np.float64), np.asarray(funded, dtype=np.float64), budget, floor)
+    out = _tail_floor(np.asarray(rate, dtype=np.float64), np.asarray(funded, dtype=np.float64), budget, floor,
+                      idle)
     return out.tolist()  # type: ignore[no-any-return]
 
 
-def _tail_floor(rate: _Floats, funded: _Floats, budget: float, floor: TailFloor) -> _Floats:
+def _tail_floor(rate: _Floats, funded: _Floats, budget: float, floor: TailFloor, idle: float = 0.0) -> _Floats:
     """:func:`tail_floor` on arrays."""
     lam = np.maximum(rate.reshape(rate.size), 0.0)
     if funded.size != lam.size:
@@ -164,13 +190,55 @@ def _tail_floor(rate: _Floats, funded: _Floats, budget: float, floor: TailFloor)
     total = float(lam.sum())
     if lam.size == 0 or total <= 0 or floor.budget_share <= 0:
         return out
-    order = np.lexsort((np.arange(lam.size), -lam))
     g = 1.0 / floor.period
+    if floor.target is not None:
+        return _adaptive_floor(lam, funded.reshape(lam.size), budget, floor, floor.target, idle)
+    order = np.lexsort((np.arange(lam.size), -lam))
     before = np.concatenate(([0.0], np.cumsum(lam[order])[:-1]))
     spent = np.cumsum(np.maximum(g - funded.reshape(lam.size)[order], 0.0))
     take = np.logical_and.accumulate((before < floor.share * total * (1 - 1e-12))
                                      & (spent <= floor.budget_share * budget + 1e-9))
+    if floor.hopeless < 1.0:  # the share waiting past the period once these are floored (see _adaptive_floor)
+        late = lam * np.clip(1.0 - floor.period * np.maximum(funded.reshape(lam.size), max(idle, 0.0)), 0.0, 1.0)
+        if float(late.sum() - late[order[take]].sum()) > floor.hopeless * total:
+            return out
     out[order[take]] = g
+    return out
+
+
+def _adaptive_floor(lam: _Floats, funded: _Floats, budget: float, floor: TailFloor, target: float,
+                    idle: float) -> _Floats:
+    """The adaptive :func:`tail_floor`: only the floor the expected pooled tail needs (``lam`` summing above 0).
+
+    An update of a feed probed every ``1/f`` chronons waits uniformly over ``[0, 1/f]``, so a
+    share ``max(0, 1 - period × f)`` of its updates waits past ``period``. Raising a feed to
+    ``1/period`` removes ``lam × that share`` from the tail at a cost of ``1/period − funded``:
+    the feeds are taken by the ratio (free ones first, then the faster), a fractional knapsack.
+    """
+    n = lam.size
+    g = 1.0 / floor.period
+    total = float(lam.sum())
+    late = lam * np.clip(1.0 - floor.period * np.maximum(funded, max(idle, 0.0)), 0.0, 1.0)
+    excess = float(late.sum()) - target * total
+    out = np.zeros(n)
+    if excess <= 1e-12 * total:
+        return out
+    cost = np.maximum(g - funded, 0.0)
+    worth = np.where(cost > 1e-12, late / np.maximum(cost, 1e-12), np.inf)
+    order = np.lexsort((np.arange(n), -lam, -worth))
+    order = order[late[order] > 0]
+    gained = np.cumsum(late[order])
+    spent = np.cumsum(cost[order])
+    cap = floor.budget_share * budget + 1e-9
+    enough = int(np.searchsorted(gained, excess * (1 - 1e-12)))  # the shortest prefix reaching the target
+    if enough < order.size and spent[enough] <= cap:
+        out[order[: enough + 1]] = g
+        return out
+    within = int(np.searchsorted(spent, cap, side="right"))  # the longest prefix the share pays for
+    left = float(late.sum()) - (float(gained[within - 1]) if within else 0.0)
+    if left > floor.hopeless * total:
+        return out  # the share cannot bring the tail near the target: spend nothing
+    out[order[:within]] = g
     return out
 
 
@@ -868,11 +936,20 @@ class CaptureExplore:
                 # What the capture frequencies gave each feed beyond its floor at the last recomputation
                 # (a feed held at its floor alone is not funded: its floor is what it costs).
                 funded = np.zeros(n)
+                planned = 0.0
                 if known.any():
                     had, held = ledger.values[_FREQ, slot], ledger.values[_TAIL, slot]
                     funded = np.where(known & (w > 0) & (had > held + 1e-12), had, 0.0)
+                    planned = float(np.where(known & ((w > 0) | (held > 0)), had, 0.0).sum())
+                # Without a capture frequency a feed gets what all the frequencies (floors too) leave,
+                # spread over the feeds without one (explore, fill), at least once per revisit bound:
+                # the adaptive floor's idle pace. Counting the floor's own probes as spare would let it
+                # see no tail once it had removed it, and drop itself every other recomputation.
+                idle = max(budget - planned, 0.0) / max(int((funded <= 0).sum()), 1)
+                if bound is not None:
+                    idle = max(idle, 1.0 / float(bound.max()))
                 floor = _tail_floor(np.asarray(tail_rate, dtype=np.float64), funded,
-                                    (1.0 - self._epsilon) * budget, tail)
+                                    (1.0 - self._epsilon) * budget, tail, idle)
             f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups, floor)
             slot = ledger.slots(res)  # new ids first: the arrays may be replaced
             ledger.values[_TAIL, slot] = floor

@@ -219,6 +219,10 @@ class ChrononLoop:
     #: The tail floor's share of the budget (``proxy.core.discovery.TailFloor``; 0: off, issue 45):
     #: the watched feeds holding most updates probed in turn, for the detection delay's p90.
     tail_budget: float = 0.0
+    #: The adaptive tail floor's ``TailFloor.target`` and ``hopeless`` (``PROXY_DISCOVERY_TAIL_TARGET``,
+    #: ``PROXY_DISCOVERY_TAIL_HOPELESS``); None or 0: the fixed floor.
+    tail_target: float | None = None
+    tail_hopeless: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
@@ -444,7 +448,8 @@ class ChrononLoop:
         if self.tail_budget > 0 and resources:
             # Every watched feed's own pace, barely pooled (TAIL_POOL_STRENGTH) and not optimistic: the
             # floor ranks feeds by how many updates they hold, and a fast feed must stand out soon.
-            tail = TailFloor(tail_period(self.budget, len(resources), window), self.tail_budget)
+            tail = TailFloor(tail_period(self.budget, len(resources), window), self.tail_budget,
+                             target=self.tail_target or None, hopeless=self.tail_hopeless)
             tail_rate = pooled_rates(updates, exposure, TAIL_POOL_STRENGTH, 0.0,
                                      unseen=[0.0 if at is None else float(max(t - at, 0)) for at in last],
                                      fade=EVIDENCE_FADE)

@@ -83,6 +83,26 @@ class SchedulingSettings(SettingsGroup):
             "rule waits for now watched. 0: off (docs/discovery.md, \"The tail where the updates are\")."
         ),
     )
+    discovery_tail_target: float = Field(
+        default=0.1, ge=0, le=1,
+        description=(
+            "Makes the tail floor adaptive: it spends only what brings the share of the updates "
+            "expected to wait past its period (from the learnt rates and the probe periods planned) "
+            "down to this, nothing when that share is already there, and nothing when "
+            "`PROXY_DISCOVERY_TAIL_BUDGET` cannot bring it to `PROXY_DISCOVERY_TAIL_HOPELESS` (many "
+            "watched feeds per probe, where the whole share would buy a slow round-robin: on held-out "
+            "500- and 2,000-feed traces the fixed floor cost 10 to 15 points and this gives them back). "
+            "0 (with `PROXY_DISCOVERY_TAIL_HOPELESS=1`): the fixed floor of issue 45's second session "
+            "(docs/discovery.md, \"An adaptive tail floor\")."
+        ),
+    )
+    discovery_tail_hopeless: float = Field(
+        default=0.2, ge=0, le=1,
+        description=(
+            "The tail floor spends nothing when its budget share would still leave more than this share "
+            "of the updates expected to wait past its period. 1: never skipped."
+        ),
+    )
     discovery_publisher_hints: bool = Field(
         default=False,
         description=(
