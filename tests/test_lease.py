@@ -349,3 +349,29 @@ async def test_a_stall_that_begins_with_a_renewal_on_the_wire_keeps_the_lease(
     assert stored.expires_at > dt.datetime.now(dt.UTC)
     await _cancel(task)
     await a.release()
+
+
+async def test_confirm_after_a_restore_that_outlived_the_ttl_holds_when_nobody_took_it(
+    store: Store,
+) -> None:
+    """A restore on SQLite outlived the TTL and the renewal had to wait for the write lock: it
+    matched (nobody can take the lease meanwhile), so ``confirm`` must say the lease is held
+    and the loop starts. It said no while keeping the lease, and the service never started its
+    loop (issue 48, run 20: not ready for 30 s, then stopped)."""
+    ttl = 0.6
+    slow = SlowTurnStore(store)
+    events = Events()
+    a = Leader(slow, "a", LeaseTiming.of(1.0, ttl),  # type: ignore[arg-type]
+               on_elected=events.on_elected, on_deposed=events.on_deposed, patient=True)
+    assert await a.acquire() is not None
+    await asyncio.sleep(ttl * 0.95)  # the restore, nearly a TTL long
+    slow.turn.clear()  # the renewal waits behind a write round
+    confirming = asyncio.create_task(a.confirm())
+    await asyncio.sleep(ttl)
+    assert not confirming.done() and not a.holds()
+    slow.turn.set()
+    assert await asyncio.wait_for(confirming, 10) is True
+    assert a.holds() and a.lease is not None and a.lease.epoch == 1 and events.deposed == []
+    stored = await store.current_lease(LOOP_LEASE)
+    assert stored is not None and stored.epoch == 1 and stored.expires_at > dt.datetime.now(dt.UTC)
+    await a.release()

@@ -280,8 +280,12 @@ class Lifecycle:
         gc.freeze()
         if leader is not None and not await leader.confirm():
             # The restore outlived the lease and another process took it: that one leads. The
-            # leader stepped this one down (a standby) and campaigns again.
+            # leader stepped this one down (a standby) and campaigns again. A lease still held
+            # but not renewed in time is given up, so that the campaign starts afresh: a holder
+            # that keeps it without a loop would lead nothing, for ever.
             log.warning("lease_lost_while_restoring", feeds=len(runtime.feeds))
+            if leader.lease is not None:
+                await leader.release()
             return
 
         def start_writing() -> None:  # on the loop's thread: the writer's task lives there

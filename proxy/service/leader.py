@@ -144,12 +144,19 @@ class Leader:
         self._deadline = 0.0
 
     async def confirm(self) -> bool:
-        """Renew now, whatever the local deadline says; False (and deposed) if the lease is lost.
+        """Renew now, whatever the local deadline says; False if the lease is not held after it.
 
         For the end of a long synchronous stretch that may have outlived the
         deadline (a restore): the loop must not start on a lease that lapsed.
+        A patient renewal that waited for its turn keeps the lease but dates it
+        from when it was asked for, so it is renewed once more, as :meth:`run`
+        does (without that, a restore on SQLite that outlived its TTL kept the
+        lease and never started the loop: issue 48, run 20).
         """
-        await self._renew()
+        for _ in range(3):
+            await self._renew()
+            if self.lease is None or self.holds():
+                break
         return self.holds()
 
     def holds(self) -> bool:
