@@ -26,14 +26,7 @@ async def test_every_rated_feeds_document_dates_its_age_and_deletion_forgets_it(
     settings = e2e_settings(database_url, budget=2, policy="adm-edf", discovery_hazard=5.0,
                             unwatched_probe_interval_seconds=0)
     async with FeedFarm(["a", "b"], prefill=3) as farm, running(settings) as px:
-        ids = []
-        for name in ("a", "b"):
-            r = await px.post("/api/v1/feeds", {"url": farm.url(name)})
-            assert r.status_code == 201, r.text
-            ids.append(r.json()["id"])
-        r = await px.post("/api/v1/profiles", {"name": "no pings", "rules": [
-            {"name": "both", "watch": {"feeds": [str(i) for i in ids], "within": "2s"}}]})
-        assert r.status_code == 201, r.text
+        ids, profile = await px.watch_feeds([farm.url("a"), farm.url("b")])
         loop = px.service.loop
         assert loop is not None and loop.ages is not None
         ages = loop.ages
@@ -62,7 +55,7 @@ async def test_every_rated_feeds_document_dates_its_age_and_deletion_forgets_it(
         assert latest is not None and a.last_success is not None and latest <= a.last_success
         assert ages.shape(a.resource, latest + 1) is not None
 
-        r = await px.client.delete(f"/api/v1/profiles/{r.json()['id']}", headers=px.auth)
+        r = await px.client.delete(f"/api/v1/profiles/{profile}", headers=px.auth)
         assert r.status_code == 204, r.text
         r = await px.client.delete(f"/api/v1/feeds/{ids[1]}", headers=px.auth)
         assert r.status_code == 204, r.text

@@ -29,14 +29,7 @@ async def test_a_stated_interval_is_a_prior_and_probes_feed_the_detector(databas
                             discovery_changepoint=True, unwatched_probe_interval_seconds=0)
     # "a" states 7,200 updates an hour: one per 0.5 s, 0.1 a 50 ms chronon; "b" states nothing.
     async with FeedFarm(["a", "b"], prefill=3, hints={"a": 0.5}) as farm, running(settings) as px:
-        ids = []
-        for name in ("a", "b"):
-            r = await px.post("/api/v1/feeds", {"url": farm.url(name)})
-            assert r.status_code == 201, r.text
-            ids.append(r.json()["id"])
-        r = await px.post("/api/v1/profiles", {"name": "no pings", "rules": [
-            {"name": "both", "watch": {"feeds": [str(i) for i in ids], "within": "2s"}}]})
-        assert r.status_code == 201, r.text
+        ids, profile = await px.watch_feeds([farm.url("a"), farm.url("b")])
         loop = px.service.loop
         assert loop is not None and loop.publisher_hints and loop.shifts is not None
         feeds = px.service.runtime.feeds
@@ -56,7 +49,7 @@ async def test_a_stated_interval_is_a_prior_and_probes_feed_the_detector(databas
         assert believed[a.resource] > 2 * believed[b.resource]
 
         # Memory follows the registered feeds: once b is deleted, its rate and detector go.
-        r = await px.client.delete(f"/api/v1/profiles/{r.json()['id']}", headers=px.auth)
+        r = await px.client.delete(f"/api/v1/profiles/{profile}", headers=px.auth)
         assert r.status_code == 204, r.text
         r = await px.client.delete(f"/api/v1/feeds/{ids[1]}", headers=px.auth)
         assert r.status_code == 204, r.text

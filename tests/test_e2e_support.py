@@ -57,6 +57,20 @@ class Running:
     async def get(self, path: str, **kw: Any) -> httpx.Response:
         return await self.client.get(path, headers=self.auth, **kw)
 
+    async def watch_feeds(self, urls: list[str], *, name: str = "no pings",
+                          within: str = "2s") -> tuple[list[int], int]:
+        """Add the feeds and one profile whose watch rule spans them all: the feeds' ids, the
+        profile's."""
+        ids = []
+        for url in urls:
+            r = await self.post("/api/v1/feeds", {"url": url})
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        r = await self.post("/api/v1/profiles", {"name": name, "rules": [
+            {"name": "both", "watch": {"feeds": [str(i) for i in ids], "within": within}}]})
+        assert r.status_code == 201, r.text
+        return ids, int(r.json()["id"])
+
 
 @asynccontextmanager
 async def running(settings: Settings, user: str = "alice", **options: Any) -> AsyncIterator[Running]:
