@@ -145,9 +145,9 @@ class Events:
         self.deposed.append((time.monotonic(), reason))
 
 
-def _leader(store: object, name: str, events: Events, ttl: float) -> Leader:
+def _leader(store: object, name: str, events: Events, ttl: float, *, patient: bool = False) -> Leader:
     return Leader(store, name, LeaseTiming.of(1.0, ttl),  # type: ignore[arg-type]
-                  on_elected=events.on_elected, on_deposed=events.on_deposed)
+                  on_elected=events.on_elected, on_deposed=events.on_deposed, patient=patient)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
@@ -275,8 +275,7 @@ async def test_a_patient_holder_waits_for_its_own_turn_past_the_deadline(
     ttl = 0.6
     slow = SlowTurnStore(store)
     events = Events()
-    a = Leader(slow, "a", LeaseTiming.of(1.0, ttl),  # type: ignore[arg-type]
-               on_elected=events.on_elected, on_deposed=events.on_deposed, patient=patient)
+    a = _leader(slow, "a", events, ttl, patient=patient)
     assert await a.acquire() is not None
     task = asyncio.create_task(a.run())
     await asyncio.sleep(ttl / 3)
@@ -301,23 +300,17 @@ async def test_a_patient_holder_waits_for_its_own_turn_past_the_deadline(
     await a.release()
 
 
-class EnteredStore:
-    """The store, but each renewal first says it began and waits for ``turn``: the test can
-    stall the event loop while a renewal is on the wire."""
+class EnteredStore(SlowTurnStore):
+    """A :class:`SlowTurnStore` whose renewals first say they began: the test can stall the
+    event loop while a renewal is on the wire."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
+        super().__init__(store)
         self.entered = asyncio.Event()
-        self.turn = asyncio.Event()
-        self.turn.set()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.store, name)
 
     async def renew_lease(self, lease: Lease, *, now: dt.datetime, ttl: float) -> Lease | None:
         self.entered.set()
-        await self.turn.wait()
-        return await self.store.renew_lease(lease, now=now, ttl=ttl)
+        return await super().renew_lease(lease, now=now, ttl=ttl)
 
 
 async def test_a_stall_that_begins_with_a_renewal_on_the_wire_keeps_the_lease(
@@ -361,8 +354,7 @@ async def test_confirm_after_a_restore_that_outlived_the_ttl_holds_when_nobody_t
     ttl = 0.6
     slow = SlowTurnStore(store)
     events = Events()
-    a = Leader(slow, "a", LeaseTiming.of(1.0, ttl),  # type: ignore[arg-type]
-               on_elected=events.on_elected, on_deposed=events.on_deposed, patient=True)
+    a = _leader(slow, "a", events, ttl, patient=True)
     assert await a.acquire() is not None
     await asyncio.sleep(ttl * 0.95)  # the restore, nearly a TTL long
     slow.turn.clear()  # the renewal waits behind a write round
