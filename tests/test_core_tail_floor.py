@@ -183,3 +183,63 @@ def test_the_fixed_floor_with_a_hopeless_line_spends_nothing_where_it_leaves_too
     # The rates of test_the_floor_takes_the_fastest_feeds...: 0.1 left, within any line above it.
     assert tail_floor(RATES, [0.0] * 5, 2.0, TailFloor(10, 1.0, hopeless=0.1)) == [0.0, 0.1, 0.1, 0.1, 0.0]
     assert tail_floor(RATES, [0.0] * 5, 2.0, TailFloor(10, 1.0, hopeless=0.05)) == [0.0] * 5
+
+
+# The sticky floor (TailFloor.sticky, PROXY_DISCOVERY_TAIL_STICKY): a recomputation whose adaptive floor takes no
+# feed keeps the last floor's feeds, for up to `sticky` such recomputations in a row (docs/discovery.md, "A sticky
+# floor"). On the real trace the hopeless test flips the floor on and off between recomputations.
+
+_ON = [1.0] + [0.0] * 9  # all the tail in feed 0: the floor takes it
+_OFF = [0.0] + [1.0] * 9  # spread over nine: one feed's worth of share cannot bring it to the hopeless line
+
+
+def _phased(tail: TailFloor, phases: list[bool]) -> tuple[list[int], list[list[int]]]:
+    """Feed 0 no rule waits for, feeds 1..9 waited for; budget 1, window 2, a recomputation every 10 chronons,
+    the tail's rates ``_ON`` or ``_OFF`` per recomputation. Returns feed 0's probes per recomputation and every
+    chronon's picks."""
+    allocator = CaptureExplore(epsilon=0.0, z=0.0, refresh=10)
+    feeds = list(range(10))
+    last: dict[int, int | None] = dict.fromkeys(feeds)
+    rate, weight = [0.0] + [0.1] * 9, [0.0] + [1.0] * 9
+    picks: list[list[int]] = []
+    for t in range(10 * len(phases)):
+        picked = allocator.pick(1, t, feeds, [last[r] for r in feeds], rate, weight, 2, tail=tail,
+                                tail_rate=_ON if phases[t // 10] else _OFF)
+        for r in picked:
+            last[r] = t
+        picks.append(picked)
+    return [sum(0 in p for p in picks[b:b + 10]) for b in range(0, len(picks), 10)], picks
+
+
+def _hopeless(sticky: int = 0) -> TailFloor:
+    # A share of 0.15 pays for one feed at 1/8; a hopeless line of 0 skips any floor that leaves a late update.
+    return TailFloor(8, 0.15, target=0.0, hopeless=0.0, sticky=sticky)
+
+
+@pytest.mark.parametrize("sticky", [1, 2, 3])
+def test_a_sticky_floor_keeps_its_feed_across_up_to_k_skipped_recomputations_then_drops_it(sticky: int) -> None:
+    kept, _ = _phased(_hopeless(sticky), [True] + [False] * 5)
+    # Probed at its period (8) while floored: at least once per recomputation of 10 chronons; never after.
+    assert all(n >= 1 for n in kept[: 1 + sticky]), kept
+    assert kept[1 + sticky:] == [0] * (5 - sticky), kept
+
+
+def test_a_floor_that_takes_a_feed_again_starts_the_count_again() -> None:
+    kept, _ = _phased(_hopeless(2), [True, False, False, True, False, False, False, False])
+    # On at 0, kept at 1 and 2, on at 3 (the count starts again), kept at 4 and 5, dropped at 6.
+    assert all(n >= 1 for n in kept[:6]), kept
+    assert kept[6:] == [0, 0], kept
+
+
+def test_a_floor_that_is_not_sticky_drops_its_feed_at_the_first_skipped_recomputation() -> None:
+    kept, _ = _phased(_hopeless(0), [True] + [False] * 5)
+    assert kept[0] >= 1 and kept[1:] == [0] * 5
+
+
+def test_sticky_zero_gives_exactly_the_probes_of_todays_floor() -> None:
+    for phases in ([True] + [False] * 5, [True, False, False, True, False, False, False, False]):
+        assert _phased(_hopeless(0), phases)[1] == _phased(TailFloor(8, 0.15, target=0.0, hopeless=0.0),
+                                                            phases)[1]
+    assert _run(TailFloor(8, 0.5, target=0.1, sticky=0)) == _run(TailFloor(8, 0.5, target=0.1))
+    with pytest.raises(ValueError, match="sticky"):
+        TailFloor(8, 0.3, target=0.1, sticky=-1)

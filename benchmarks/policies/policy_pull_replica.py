@@ -114,6 +114,7 @@ CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/di
 TAIL_BUDGET = 0.3  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
 TAIL_TARGET = 0.1  # the service's PROXY_DISCOVERY_TAIL_TARGET (TailFloor.target: the adaptive floor)
 TAIL_HOPELESS = 0.2  # the service's PROXY_DISCOVERY_TAIL_HOPELESS (TailFloor.hopeless)
+TAIL_STICKY = 3  # the service's PROXY_DISCOVERY_TAIL_STICKY (TailFloor.sticky)
 FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
 HAZARD = 0.0  # the age hazards' strength in every column (--hazard; PROXY_DISCOVERY_HAZARD; 0: off)
 
@@ -145,7 +146,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
            hint_strength: float | None = None,
            changepoint: tuple[float, float] | None = None, co_update: float = 0.0,
            tail_budget: float = TAIL_BUDGET, tail_target: float | None = TAIL_TARGET,
-           tail_hopeless: float = TAIL_HOPELESS) -> tuple[float, float, float, int]:
+           tail_hopeless: float = TAIL_HOPELESS, tail_sticky: int = TAIL_STICKY) -> tuple[float, float, float, int]:
     """Live-equivalent completeness, round-robin's and adaptive's at equal probes, and the probes.
 
     :func:`replay_run`'s first four figures (its arguments).
@@ -155,7 +156,7 @@ def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_
                       window=window, chronons=chronons, days=days, whole_windows=whole_windows, lead=lead,
                       orders=orders, revisit=revisit, hints=hints, hint_strength=hint_strength,
                       changepoint=changepoint, co_update=co_update, tail_budget=tail_budget,
-                      tail_target=tail_target, tail_hopeless=tail_hopeless)[:4]
+                      tail_target=tail_target, tail_hopeless=tail_hopeless, tail_sticky=tail_sticky)[:4]
 
 
 def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
@@ -167,7 +168,7 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
                orders: int = READER_ORDERS, revisit: float | None = None, hints: float | None = None,
                hint_strength: float | None = None, changepoint: tuple[float, float] | None = None, co_update: float = 0.0,
                tail_budget: float = TAIL_BUDGET, tail_target: float | None = TAIL_TARGET,
-               tail_hopeless: float = TAIL_HOPELESS) -> Replay:
+               tail_hopeless: float = TAIL_HOPELESS, tail_sticky: int = TAIL_STICKY) -> Replay:
     """One replay: live-equivalent completeness, the readers' at equal probes, the probes, the delays.
 
     ``predicted``: the service's predicted EIs (``off``, ``sup``, ``fbsup``), given at most
@@ -207,7 +208,7 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
     ``proxy.core.discovery.TailFloor``), with a revisit bound only (as the loop: the feeds no rule
     waits for are shown only then); 0: off. ``tail_target``, ``tail_hopeless``: the adaptive floor's
     ``TailFloor.target`` and ``hopeless`` (``None`` and 1: the fixed floor of ``docs/discovery.md``'s
-    "The tail where the updates are").
+    "The tail where the updates are"); ``tail_sticky``: its ``TailFloor.sticky`` (0: not sticky).
     ``co_update``: the co-update hints' react threshold (``CaptureExplore``'s ``react``,
     ``proxy.core.coupdate.CoUpdates``; 0: no hints).
     ``HAZARD`` (the module's, set by ``--hazard``): the age hazards' shrinkage strength
@@ -293,7 +294,7 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
             bound = revisit_bound(budget, len(feeds), window, revisit)
             if tail_budget > 0:  # ChrononLoop._background: every shown feed's own pace, barely pooled
                 tail = TailFloor(tail_period(budget, len(feeds), window), tail_budget, target=tail_target,
-                                 hopeless=tail_hopeless)
+                                 hopeless=tail_hopeless, sticky=tail_sticky)
                 tail_rate = pooled_rates([evidence[r][0] for r in feeds], [evidence[r][1] / length for r in feeds],
                                          TAIL_POOL_STRENGTH, 0.0, fade=fade,
                                          unseen=[0.0 if last[r] is None else float(t - last[r]) for r in feeds])
@@ -440,6 +441,10 @@ def main() -> None:
     parser.add_argument("--tail-hopeless", type=float, default=TAIL_HOPELESS,
                         help="no floor when its budget share cannot bring that share to this (TailFloor.hopeless; "
                              f"default {TAIL_HOPELESS:g}, the service's; 1: never skipped)")
+    parser.add_argument("--tail-sticky", type=int, default=TAIL_STICKY,
+                        help="a recomputation whose adaptive floor takes no feed keeps the last floor's feeds, "
+                             "up to this many in a row (TailFloor.sticky, PROXY_DISCOVERY_TAIL_STICKY; "
+                             f"default {TAIL_STICKY}, the service's; 0: not sticky)")
     parser.add_argument("--hazard", type=float, default=0.0,
                         help="the age hazards' shrinkage strength, in every column (proxy.core.hazard.AgeHazard, "
                              "PROXY_DISCOVERY_HAZARD; 0: off, the default)")
@@ -485,7 +490,7 @@ def main() -> None:
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
                              co_update=args.co_update, tail_budget=args.tail_budget,
                              tail_target=args.tail_target or None, tail_hopeless=args.tail_hopeless,
-                             chronons=args.chronons, days=args.days, revisit=revisit or None,
+                             tail_sticky=args.tail_sticky, chronons=args.chronons, days=args.days, revisit=revisit or None,
                              hints=hint, hint_strength=args.hint_strength,
                              changepoint=None if cp == "off" else _ratio_threshold(cp))
             live, rr, ad, delays = run.live, run.rr, run.ad, run.delays

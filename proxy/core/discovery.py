@@ -136,6 +136,15 @@ class TailFloor:
     traces with many feeds per probe the floor's whole share would buy a slow
     round-robin and little p90. ``share`` is then unused. Without ``target``,
     ``hopeless`` below 1 applies to the fixed floor's feeds in the same way.
+
+    ``sticky`` (adaptive only; :class:`CaptureExplore` keeps the state): a
+    recomputation whose adaptive floor takes no feed keeps the feeds the last
+    one that took any had, at ``1 / period``, for up to ``sticky`` such
+    recomputations in a row; the next one that takes a feed starts the count
+    again. On the real trace the hopeless test flips the floor on and off
+    between recomputations (its own probes lower the idle pace it judges by),
+    and a fast feed it had kept drops out of the stride meanwhile. 0: each
+    recomputation on its own (docs/discovery.md, "A sticky floor").
     """
 
     period: int
@@ -143,6 +152,7 @@ class TailFloor:
     share: float = 0.9
     target: float | None = None
     hopeless: float = 1.0
+    sticky: int = 0
 
     def __post_init__(self) -> None:
         if self.period < 1:
@@ -155,6 +165,8 @@ class TailFloor:
             raise ValueError(f"target must be in [0, 1], got {self.target}")
         if not 0.0 <= self.hopeless <= 1.0:
             raise ValueError(f"hopeless must be in [0, 1], got {self.hopeless}")
+        if self.sticky < 0:
+            raise ValueError(f"sticky must be >= 0, got {self.sticky}")
 
 
 def tail_floor(rate: Sequence[float] | npt.NDArray[np.float64], funded: Sequence[float] | npt.NDArray[np.float64],
@@ -805,8 +817,8 @@ class CaptureExplore:
     Does not know which feeds are blocked: the caller leaves them out.
     """
 
-    __slots__ = ("_epsilon", "_explore", "_freq_at", "_ledger", "_level_exponent", "_react", "_react_credit",
-                 "_react_share", "_refresh", "_reserve", "_rounds",
+    __slots__ = ("_epsilon", "_explore", "_freq_at", "_kept", "_ledger", "_level_exponent", "_react",
+                 "_react_credit", "_react_share", "_refresh", "_reserve", "_rounds", "_skips",
                  "_unfunded", "_z")
 
     def __init__(
@@ -843,6 +855,10 @@ class CaptureExplore:
         # Per resource id: the last frequencies (row FREQ) and the stride credit (row CREDIT, a FrequencyStride's).
         self._ledger = _Ledger(4)
         self._freq_at: int | None = None
+        # The sticky tail floor (TailFloor.sticky): the ids the last floor that took any feed kept, and
+        # how many recomputations in a row have kept them since.
+        self._kept: _Ints = np.empty(0, dtype=np.int64)
+        self._skips = 0
 
     def frequency(self, resource: int) -> float:
         """Probes per chronon the last recomputation gave ``resource`` (0: none, or not seen yet)."""
@@ -948,8 +964,11 @@ class CaptureExplore:
                 idle = max(budget - planned, 0.0) / max(int((funded <= 0).sum()), 1)
                 if bound is not None:
                     idle = max(idle, 1.0 / float(bound.max()))
-                floor = _tail_floor(np.asarray(tail_rate, dtype=np.float64), funded,
-                                    (1.0 - self._epsilon) * budget, tail, idle)
+                lam_tail = np.asarray(tail_rate, dtype=np.float64)
+                floor = _tail_floor(lam_tail, funded, (1.0 - self._epsilon) * budget, tail, idle)
+                if (tail.sticky > 0 and tail.target is not None and tail.budget_share > 0
+                        and float(np.maximum(lam_tail, 0.0).sum()) > 0):  # the adaptive floor was asked
+                    floor = self._sticky(floor, res, tail)
             f = self._frequencies(budget, now, res, lam, w, window, shape, shaped, groups, floor)
             slot = ledger.slots(res)  # new ids first: the arrays may be replaced
             ledger.values[_TAIL, slot] = floor
@@ -1019,6 +1038,16 @@ class CaptureExplore:
             _spend(credit, slot[filled])
             picked.append(filled)
         return res[np.concatenate(picked)].tolist()  # type: ignore[no-any-return]
+
+    def _sticky(self, floor: _Floats, res: _Ints, tail: TailFloor) -> _Floats:
+        """``floor``, or, when it takes no feed, the last floor's feeds at ``1 / tail.period`` (``tail.sticky``)."""
+        if floor.any():
+            self._kept, self._skips = res[floor > 0].copy(), 0
+            return floor
+        if self._kept.size == 0 or self._skips >= tail.sticky:
+            return floor
+        self._skips += 1
+        return np.where(np.isin(res, self._kept), 1.0 / tail.period, floor)
 
     def _frequencies(
         self, budget: int, now: int, res: _Ints, lam: _Floats, weight: _Floats, window: int,

@@ -320,6 +320,7 @@ class Lifecycle:
             ages=AgeHazard(strength=s.discovery_hazard) if s.discovery_hazard > 0 else None,
             tail_budget=s.discovery_tail_budget,
             tail_target=s.discovery_tail_target, tail_hopeless=s.discovery_tail_hopeless,
+            tail_sticky=s.discovery_tail_sticky,
             # 0 stays off; any other interval is at least a chronon.
             unwatched_every=(max(1, clock.chronons_for(s.unwatched_probe_interval_seconds))
                              if s.unwatched_probe_interval_seconds > 0 else 0),

@@ -223,6 +223,8 @@ class ChrononLoop:
     #: ``PROXY_DISCOVERY_TAIL_HOPELESS``); None or 0: the fixed floor.
     tail_target: float | None = None
     tail_hopeless: float = 1.0
+    #: The adaptive floor's ``TailFloor.sticky`` (``PROXY_DISCOVERY_TAIL_STICKY``; 0: not sticky).
+    tail_sticky: int = 0
 
     def __post_init__(self) -> None:
         if self.max_inflight <= 0:
@@ -449,7 +451,8 @@ class ChrononLoop:
             # Every watched feed's own pace, barely pooled (TAIL_POOL_STRENGTH) and not optimistic: the
             # floor ranks feeds by how many updates they hold, and a fast feed must stand out soon.
             tail = TailFloor(tail_period(self.budget, len(resources), window), self.tail_budget,
-                             target=self.tail_target or None, hopeless=self.tail_hopeless)
+                             target=self.tail_target or None, hopeless=self.tail_hopeless,
+                             sticky=self.tail_sticky)
             tail_rate = pooled_rates(updates, exposure, TAIL_POOL_STRENGTH, 0.0,
                                      unseen=[0.0 if at is None else float(max(t - at, 0)) for at in last],
                                      fade=EVIDENCE_FADE)
