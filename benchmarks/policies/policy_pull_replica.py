@@ -114,7 +114,7 @@ CLAIRVOYANT = "adm-edf"  # the clairvoyant's policy: the live bench's in docs/di
 TAIL_BUDGET = 0.3  # the service's PROXY_DISCOVERY_TAIL_BUDGET (proxy.core.discovery.TailFloor; with a revisit bound)
 TAIL_TARGET = 0.1  # the service's PROXY_DISCOVERY_TAIL_TARGET (TailFloor.target: the adaptive floor)
 TAIL_HOPELESS = 0.2  # the service's PROXY_DISCOVERY_TAIL_HOPELESS (TailFloor.hopeless)
-TAIL_STICKY = 3  # the service's PROXY_DISCOVERY_TAIL_STICKY (TailFloor.sticky)
+TAIL_STICKY = 0  # the service's PROXY_DISCOVERY_TAIL_STICKY (TailFloor.sticky)
 FEED_WINDOW = 20  # entries per farm document (LiveConfig.feed_window): an entry pushed out is never seen
 HAZARD = 0.0  # the age hazards' strength in every column (--hazard; PROXY_DISCOVERY_HAZARD; 0: off)
 
