@@ -133,6 +133,25 @@ class Replay(NamedTuple):
     ad: float
     probes: int
     delays: dict[str, dict[str, float]]
+    sim: float = math.nan
+    """The clairvoyant's completeness (the live bench's ``sim``), at the same budget."""
+
+
+class TraceSpec(NamedTuple):
+    """A trace argument ``TRACE.csv:PROFILES:BUDGET[:SEED]`` (the live bench's options; SEED draws the profiles)."""
+
+    path: Path
+    profiles: int
+    budget: int
+    seed: int
+    label: str
+
+
+def parse_spec(spec: str) -> TraceSpec:
+    """``spec`` as a :class:`TraceSpec`; the seed is 1 when not given, as the live bench's ``--seed``."""
+    name, profiles, budget, *seed = spec.split(":")
+    label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
+    return TraceSpec(Path(name), int(profiles), int(budget), int(seed[0]) if seed else 1, label)
 
 
 def replay(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z, level_exponent: float = LEVEL_EXPONENT,
@@ -351,7 +370,7 @@ def replay_run(path: Path, profiles: int, budget: int, z: float = OPTIMISM_Z,
         _BASELINES[key] = _baselines(bw, watched, pubs, chronons, len(probes), orders)
     figures, others = _BASELINES[key]
     delays.update(others)
-    return Replay(live, figures[0], figures[1], len(probes), delays)
+    return Replay(live, figures[0], figures[1], len(probes), delays, figures[2])
 
 
 _BASELINES: dict[tuple[object, ...], tuple[list[float], dict[str, dict[str, float]]]] = {}
@@ -360,7 +379,7 @@ _BASELINES: dict[tuple[object, ...], tuple[list[float], dict[str, dict[str, floa
 
 def _baselines(bw: BenchWorkload, watched: list[int], pubs: list[Pub], chronons: int, probes: int,
                orders: int) -> tuple[list[float], dict[str, dict[str, float]]]:
-    """Both readers' completeness at ``probes`` (mean over ``orders``) and the delays of them and the clairvoyant."""
+    """Both readers' completeness at ``probes`` (mean over ``orders``) and the clairvoyant's, and the delays of all three."""
     from proxy.sim.run import simulate
 
     view = reader_view(bw)
@@ -377,6 +396,7 @@ def _baselines(bw: BenchWorkload, watched: list[int], pubs: list[Pub], chronons:
     sim = simulate(bw.workload, CLAIRVOYANT)
     delays["clairvoyant"] = quantiles(entry_outcome(pubs, [ProbeRec(r, t, float(t)) for t, r in sim.schedule],
                                                     FEED_WINDOW).delays)
+    figures.append(sim.completeness)
     return figures, delays
 
 
@@ -478,14 +498,14 @@ def main() -> None:
     tails: list[list[float]] = [[] for _ in columns]  # p90 over round-robin's p90
     level: list[int] = [0] * len(columns)  # traces with p90 <= the better reader's p90
     for spec in args.traces:
-        name, profiles, budget, *seed = spec.split(":")
+        tr = parse_spec(spec)
         cells = []
         rr = ad = math.nan
         delays: dict[str, dict[str, float]] = {}
         for k, (z, e, pool, explore, revisit, hint, cp, _, mode, share, kinds) in enumerate(columns):
-            run = replay_run(Path(name), int(profiles), int(budget), z, e, mode, share,
+            run = replay_run(tr.path, tr.profiles, tr.budget, z, e, mode, share,
                              args.chronon_seconds, kinds, pool=pool, explore=explore,
-                             seed=int(seed[0]) if seed else 1, fade=args.fade,
+                             seed=tr.seed, fade=args.fade,
                              rounds=args.rounds, rank=args.rank, window=args.window,
                              rates=args.rates, lead=args.lead, orders=args.reader_orders,
                              co_update=args.co_update, tail_budget=args.tail_budget,
@@ -499,8 +519,7 @@ def main() -> None:
             better = "round-robin" if rr >= ad else "adaptive"
             level[k] += delays["proxy"]["p90"] <= delays[better]["p90"]
             cells.append(f"{100 * live:.1f} % ({ratios[k][-1]:.2f}×) · {_q(delays['proxy'])}")
-        label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
-        print(f"| {label} | {profiles} | {budget} | {100 * rr:.1f} % · {_q(delays['round-robin'])} | "
+        print(f"| {tr.label} | {tr.profiles} | {tr.budget} | {100 * rr:.1f} % · {_q(delays['round-robin'])} | "
               f"{100 * ad:.1f} % · {_q(delays['adaptive'])} | {_q(delays['clairvoyant'])} | "
               + " | ".join(cells) + " |")
     print("| worst / median ratio | | | | | | "

@@ -45,15 +45,14 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import policy_pull_replica as replica  # a sibling script, not a package
+from policy_pull_replica import TraceSpec, parse_spec
 
 from proxy.bench.live import trace_workload
 from proxy.bench.metrics import ProbeRec, Pub, entry_outcome, quantiles
-from proxy.sim.run import simulate
 
 LEAD = replica.LEAD  # the live bench's lead, as the issue's replica options (--lead 10)
 T1_FACTOR, T2_FACTOR = 1.3, 1.2  # issue 45's completeness lines, over the better reader
@@ -194,23 +193,7 @@ def blind_delays(rates: Sequence[float], weights: Sequence[float], budget: int, 
 # ----------------------------------------------------------------------------- the replays
 
 
-class Trace(NamedTuple):
-    """A trace spec ``TRACE.csv:PROFILES:BUDGET[:SEED]`` and its label."""
-
-    path: Path
-    profiles: int
-    budget: int
-    seed: int
-    label: str
-
-
-def parse(spec: str) -> Trace:
-    name, profiles, budget, *seed = spec.split(":")
-    label = Path(name).name + (f" (seed {seed[0]})" if seed else "")
-    return Trace(Path(name), int(profiles), int(budget), int(seed[0]) if seed else 1, label)
-
-
-def point(tr: Trace, rates: str, revisit: float, floor: str, share: float, rank: int) -> tuple[Point, replica.Replay]:
+def point(tr: TraceSpec, rates: str, revisit: float, floor: str, share: float, rank: int) -> tuple[Point, replica.Replay]:
     """One replay at the issue's options (``--lead 10``), this setting of rates, bound and floor."""
     run = replica.replay_run(tr.path, tr.profiles, tr.budget, seed=tr.seed, lead=LEAD, rank=rank, rates=rates,
                              revisit=revisit or None, tail_budget=share if floor != "off" else 0.0,
@@ -239,18 +222,18 @@ def frontier(points: Sequence[Point]) -> list[Point]:
     return sorted(keep.values(), key=lambda p: (p.p90, -p.ratio))
 
 
-def clairvoyant(tr: Trace, rank: int) -> tuple[float, list[int]]:
-    """The clairvoyant's completeness (``sim``) and each watched feed's updates over the run."""
+def update_counts(tr: TraceSpec, rank: int) -> list[int]:
+    """Each watched feed's updates over the run."""
     bw = trace_workload(tr.path, chronons=replica.CHRONONS, days=replica.DAYS, profiles=tr.profiles, rank=rank,
                         window=replica.WINDOW, seed=tr.seed, budget=tr.budget)
     watched = sorted({r for w in bw.watched for r in w})
-    return simulate(bw.workload, replica.CLAIRVOYANT).completeness, [len(bw.updates[r]) for r in watched]
+    return [len(bw.updates[r]) for r in watched]
 
 
 class Study(NamedTuple):
     """One trace's figures for the three targets (:func:`study`)."""
 
-    trace: Trace
+    trace: TraceSpec
     rr: float  # the readers' completeness, rank 3 (mean over the orders)
     ad: float
     delays: dict[str, dict[str, float]]  # the readers' and the clairvoyant's delays, rank 3
@@ -263,9 +246,9 @@ class Study(NamedTuple):
     alert_sim: float
 
 
-def study(tr: Trace, only: frozenset[str]) -> Study:
+def study(tr: TraceSpec, only: frozenset[str]) -> Study:
     """Every replay of one trace: T1's sweep (which holds T3's points) and T2's alerts."""
-    sim, counts = clairvoyant(tr, replica.RANK)
+    counts = update_counts(tr, replica.RANK)
     pts: dict[str, list[Point]] = {rates: [] for rates in SWEPT_RATES}
     sweep = settings() if only & {"t1", "t3"} else [DEFAULT[1:]]
     base = None
@@ -277,9 +260,8 @@ def study(tr: Trace, only: frozenset[str]) -> Study:
     alerts: dict[str, Point] = {}
     readers, alert_sim = (math.nan, math.nan), math.nan
     if "t2" in only:
-        alert_sim, _ = clairvoyant(tr, 1)
         alerts["learnt"], run = point(tr, *DEFAULT, 1)
-        readers = (run.rr, run.ad)
+        readers, alert_sim = (run.rr, run.ad), run.sim
         alerts["run"], _ = point(tr, "run", *DEFAULT[1:], 1)
         alerts["past"], _ = point(tr, "past", *DEFAULT[1:], 1)
         alerts["past best"] = max([alerts["past"], *(point(tr, "past", revisit, floor, share, 1)[0]
@@ -292,7 +274,7 @@ def study(tr: Trace, only: frozenset[str]) -> Study:
             replica.HAZARD = 0.0
         others = [point(tr, "run", revisit, floor, share, 1)[0] for revisit, floor, share in ALERT_SETTINGS]
         alerts["best"] = max([alerts["run"], *others], key=lambda p: p.live)
-    return Study(tr, base.rr, base.ad, base.delays, sim, counts, pts, alerts, readers, alert_sim)
+    return Study(tr, base.rr, base.ad, base.delays, base.sim, counts, pts, alerts, readers, alert_sim)
 
 
 def _pct(x: float) -> str:
@@ -492,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.lemma:
         lemma()
         print()
-    traces = [parse(s) for s in args.traces]
+    traces = [parse_spec(s) for s in args.traces]
     if not traces:
         return 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
