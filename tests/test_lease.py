@@ -313,6 +313,24 @@ class EnteredStore(SlowTurnStore):
         return await super().renew_lease(lease, now=now, ttl=ttl)
 
 
+async def test_stopping_the_keeper_stops_its_renewal_on_the_wire(store: Store) -> None:
+    """A cancelled keeper leaves no renewal running alone (issue 48, run 29: one held a
+    connection past the test's end)."""
+    ttl = 0.6
+    slow = EnteredStore(store)
+    a = _leader(slow, "a", Events(), ttl)
+    assert await a.acquire() is not None
+    slow.turn.clear()  # the next renewal is on the wire and waits
+    task = asyncio.create_task(a.run())
+    await asyncio.wait_for(slow.entered.wait(), 10)
+    renewals = [t for t in asyncio.all_tasks() if t is not task and "renew_lease" in repr(t.get_coro())]
+    assert len(renewals) == 1
+    await _cancel(task)
+    assert renewals[0].done()  # stopped with its keeper, not left to renew on its own
+    slow.turn.set()
+    await a.release()
+
+
 async def test_a_stall_that_begins_with_a_renewal_on_the_wire_keeps_the_lease(
     store: Store,
 ) -> None:

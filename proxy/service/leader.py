@@ -240,6 +240,13 @@ class Leader:
                     raise
                 log.warning("lease_renewal_waits", lease=self.name, seconds=round(left, 3))
                 renewed, waited = await renewal, True
+            except asyncio.CancelledError:
+                # The keeper is stopped while the renewal, shielded from its timeout, is on the
+                # wire: stop the renewal too and let it end, or it goes on alone, holding a
+                # database connection and renewing a lease nobody keeps any more.
+                renewal.cancel()
+                await asyncio.wait([renewal])
+                raise
         except (StorageError, TimeoutError) as exc:
             if self._monotonic() >= self._deadline:
                 await self._depose(f"lease not renewed within its TTL ({exc!s})")
